@@ -1,0 +1,304 @@
+"""Typed events the Session emits. Plain dataclasses: the TUI, the headless printer and the trace
+all consume the same stream, and none of them needs Textual to read it.
+
+Every event serialises to one JSON object with a "type" key (the trace's line format) and back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal
+
+QuestionSource = Literal["human", "bank", "self"]
+
+
+@dataclass
+class Event:
+    type: ClassVar[str] = "event"
+    ts: float = field(default_factory=time.time, kw_only=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+_REGISTRY: dict[str, type[Event]] = {}
+
+
+def _register(cls: type[Event]) -> type[Event]:
+    _REGISTRY[cls.type] = cls
+    return cls
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from its dict; unknown keys are ignored so newer traces stay readable."""
+    cls = _REGISTRY.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event type {data.get('type')!r}")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@_register
+@dataclass
+class SessionStarted(Event):
+    type: ClassVar[str] = "session_started"
+    session_id: str
+    kernel: str
+    mode: Literal["agent", "manual", "replay"]
+    model: str | None = None
+    branch: str = ""
+    resumed: bool = False
+    sandbox: str = ""  # "bubblewrap" or a one-line notice that it is missing
+
+
+@_register
+@dataclass
+class SessionEnded(Event):
+    type: ClassVar[str] = "session_ended"
+    reason: str
+    best_geomean: float | None = None
+    best_commit: str | None = None
+
+
+@_register
+@dataclass
+class StatusChanged(Event):
+    type: ClassVar[str] = "status_changed"
+    status: Literal["idle", "thinking", "tool", "evaluating", "paused", "stopped"]
+
+
+@_register
+@dataclass
+class TurnStarted(Event):
+    type: ClassVar[str] = "turn_started"
+    turn: int
+
+
+@_register
+@dataclass
+class TurnFinished(Event):
+    type: ClassVar[str] = "turn_finished"
+    turn: int
+    stop_reason: str | None = None
+    interrupted: bool = False
+
+
+@_register
+@dataclass
+class UserMessage(Event):
+    """Text the session sent to the agent as the user (the opening brief, a question, an edit notice)."""
+
+    type: ClassVar[str] = "user_message"
+    turn: int
+    text: str
+
+
+@_register
+@dataclass
+class TextDelta(Event):
+    type: ClassVar[str] = "text_delta"
+    turn: int
+    text: str
+
+
+@_register
+@dataclass
+class ThinkingDelta(Event):
+    type: ClassVar[str] = "thinking_delta"
+    turn: int
+    text: str
+
+
+@_register
+@dataclass
+class AssistantMessage(Event):
+    """A finished (or interrupted) assistant message: the content blocks as the API returned them."""
+
+    type: ClassVar[str] = "assistant_message"
+    turn: int
+    content: list[dict[str, Any]]
+    interrupted: bool = False
+
+
+@_register
+@dataclass
+class ToolCallStarted(Event):
+    type: ClassVar[str] = "tool_call_started"
+    turn: int
+    call_id: str
+    name: str
+    input: dict[str, Any]
+
+
+@_register
+@dataclass
+class ToolCallFinished(Event):
+    type: ClassVar[str] = "tool_call_finished"
+    turn: int
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    seconds: float = 0.0
+
+
+@_register
+@dataclass
+class EvaluationStarted(Event):
+    type: ClassVar[str] = "evaluation_started"
+    eval_no: int
+    kernel_sha256: str
+    scenarios: str
+    where: str = "local"
+
+
+@_register
+@dataclass
+class EvaluationFinished(Event):
+    """result is the EvalResult as a dict (harness.result.EvalResult.from_dict reads it back)."""
+
+    type: ClassVar[str] = "evaluation_finished"
+    eval_no: int
+    result: dict[str, Any] | None
+    error: str | None = None
+    diff: str = ""  # the evaluated version against the best accepted one: rejected versions survive here
+    where: str = "local"
+    seconds: float = 0.0
+
+
+@_register
+@dataclass
+class Accepted(Event):
+    type: ClassVar[str] = "accepted"
+    eval_no: int
+    commit: str
+    geomean: float
+    previous: float | None
+    correct: int
+    total: int
+    message: str
+
+
+@_register
+@dataclass
+class Rejected(Event):
+    type: ClassVar[str] = "rejected"
+    eval_no: int
+    reason: str
+    geomean: float | None = None
+
+
+@_register
+@dataclass
+class QuestionQueued(Event):
+    type: ClassVar[str] = "question_queued"
+    text: str
+    source: QuestionSource
+    question_id: str | None = None
+    interrupt: bool = False
+
+
+@_register
+@dataclass
+class QueueChanged(Event):
+    """The question queue as it now stands (after an edit, a removal or a delivery)."""
+
+    type: ClassVar[str] = "queue_changed"
+    queue: list[dict[str, Any]]
+
+
+@_register
+@dataclass
+class QuestionAsked(Event):
+    """A question delivered to the agent."""
+
+    type: ClassVar[str] = "question_asked"
+    turn: int
+    text: str
+    source: QuestionSource
+    question_id: str | None = None
+    kind: str | None = None
+
+
+@_register
+@dataclass
+class Stalled(Event):
+    type: ClassVar[str] = "stalled"
+    reason: str
+    evals_without_gain: int = 0
+    turns_without_eval: int = 0
+
+
+@_register
+@dataclass
+class LimitClaimed(Event):
+    type: ClassVar[str] = "limit_claimed"
+    turn: int
+    sentence: str
+
+
+@_register
+@dataclass
+class ExternalEdit(Event):
+    type: ClassVar[str] = "external_edit"
+    path: str
+    diff: str
+
+
+@_register
+@dataclass
+class Usage(Event):
+    """Cumulative token counts and cost after a model call."""
+
+    type: ClassVar[str] = "usage"
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+
+
+@_register
+@dataclass
+class Retry(Event):
+    type: ClassVar[str] = "retry"
+    attempt: int
+    reason: str
+    wait_s: float = 0.0
+
+
+@_register
+@dataclass
+class ContextTrimmed(Event):
+    type: ClassVar[str] = "context_trimmed"
+    turn: int
+    elided_results: int
+    tokens_before: int
+    tokens_after: int
+
+
+@_register
+@dataclass
+class Rewound(Event):
+    type: ClassVar[str] = "rewound"
+    to_commit: str
+    new_commit: str
+    truncated_to_turn: int | None = None
+
+
+@_register
+@dataclass
+class Notice(Event):
+    type: ClassVar[str] = "notice"
+    message: str
+    level: Literal["info", "warning"] = "info"
+
+
+@_register
+@dataclass
+class Error(Event):
+    type: ClassVar[str] = "error"
+    message: str
+    where: str = ""
