@@ -1,0 +1,390 @@
+"""Accepted kernels in git: one commit per accepted version on a branch of kstui's own.
+
+Every commit is built with plumbing: the kernel's bytes become a blob, a tree is made in a temporary
+index (GIT_INDEX_FILE) from the branch tip's tree with only the kernel path replaced, then
+commit-tree and a compare-and-swap update-ref. The user's HEAD, index, working tree and other refs are
+never read for writing: a dirty tree, staged changes or a detached HEAD stay exactly as they were.
+The full EvalResult rides along as a git note under refs/notes/kstui.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import git
+from gitdb.base import IStream
+
+from harness.result import EvalResult, SchemaError
+from kstui.trace import Scrubber
+
+NOTES_REF = "kstui"  # git notes --ref kstui == refs/notes/kstui
+FALLBACK_NAME = "kstui"
+FALLBACK_EMAIL = "kstui@localhost"
+
+T_GEOMEAN = "Kstui-Geomean"
+T_SCENARIOS = "Kstui-Scenarios"
+T_BASELINE = "Kstui-Baseline"
+T_EVAL = "Kstui-Eval"
+T_TURN = "Kstui-Turn"
+T_QUESTION = "Kstui-Question"
+T_QUESTION_SOURCE = "Kstui-Question-Source"
+T_RESTORES = "Kstui-Restores"
+
+_ZERO_SHA = "0" * 40
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_BAD_REF_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class HistoryError(Exception):
+    """One line for the user: what went wrong with the kernel's git history."""
+
+
+@dataclass
+class HistoryEntry:
+    sha: str
+    time: float  # committer time, seconds since the epoch
+    geomean: float | None
+    correct: int
+    total: int
+    baseline: str | None
+    question: str | None
+    question_source: str | None
+    message: str  # the subject line
+    eval_no: int | None = None
+    turn: int | None = None
+    restores: str | None = None  # the sha this commit restored, for a rewind
+
+    @property
+    def short(self) -> str:
+        return self.sha[:8]
+
+
+def fold(text: str) -> str:
+    """One line: a trailer value must not break the trailer block."""
+    return " ".join(text.split())
+
+
+def default_branch(kernel: Path) -> str:
+    stem = _BAD_REF_CHARS.sub("-", kernel.stem).strip(".-") or "kernel"
+    return f"kstui/{stem}"
+
+
+def format_message(stem: str, geomean: float, previous: float | None, correct: int, total: int) -> str:
+    head = f"{stem}: {previous:.2f}x -> {geomean:.2f}x" if previous is not None else f"{stem}: {geomean:.2f}x"
+    return f"{head} geomean ({correct}/{total} correct)"
+
+
+def parse_trailers(block: str) -> dict[str, str]:
+    """Parse `git log --format=%(trailers:only,unfold)` output; the last value wins for a repeated key."""
+    out: dict[str, str] = {}
+    for line in block.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key and " " not in key:
+            out[key] = value.strip()
+    return out
+
+
+def _baselines_of(result: EvalResult) -> str | None:
+    names = sorted({s.baseline for s in result.scenarios if s.baseline})
+    return ",".join(names) or None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _float_or_none(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _scenario_counts(text: str | None) -> tuple[int, int]:
+    correct, _, total = (text or "").partition("/")
+    return _int_or_none(correct) or 0, _int_or_none(total) or 0
+
+
+class History:
+    """The accepted versions of one kernel, newest first, on branch `kstui/<kernel-stem>`."""
+
+    def __init__(self, kernel: Path, branch: str | None = None) -> None:
+        self.kernel = Path(kernel).resolve()
+        self.repo = self._open_repo(self.kernel.parent)
+        root = Path(self.repo.working_tree_dir or self.kernel.parent).resolve()
+        try:
+            self.relpath = self.kernel.relative_to(root).as_posix()
+        except ValueError:
+            raise HistoryError(f"{self.kernel} is not inside the repository at {root}") from None
+        self.branch = branch or default_branch(self.kernel)
+        self.ref = f"refs/heads/{self.branch}"
+        self._check_branch_name()
+        self._scrub = Scrubber.from_environ()
+
+    # --- setup -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _open_repo(directory: Path) -> git.Repo:
+        try:
+            repo = git.Repo(directory, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            return git.Repo.init(directory)
+        if repo.bare:
+            raise HistoryError(f"{directory} is in a bare repository; kstui needs a working tree")
+        return repo
+
+    def _check_branch_name(self) -> None:
+        try:
+            self.repo.git.check_ref_format("--branch", self.branch)
+        except git.GitCommandError:
+            raise HistoryError(f"{self.branch!r} is not a valid git branch name") from None
+        if not self.repo.head.is_detached:
+            checked_out = self.repo.head.reference.path  # symbolic even when unborn
+            if checked_out == self.ref:
+                raise HistoryError(
+                    f"branch {self.branch!r} is checked out; kstui commits to a branch of its own (use --branch)"
+                )
+
+    def _identity_env(self) -> dict[str, str]:
+        """The user's identity when configured (config or GIT_* env), else kstui's; never an error."""
+        env: dict[str, str] = {}
+        for role in ("AUTHOR", "COMMITTER"):
+            name = os.environ.get(f"GIT_{role}_NAME") or self._config("user.name") or FALLBACK_NAME
+            email = (
+                os.environ.get(f"GIT_{role}_EMAIL")
+                or self._config("user.email")
+                or os.environ.get("EMAIL")
+                or FALLBACK_EMAIL
+            )
+            env[f"GIT_{role}_NAME"] = name
+            env[f"GIT_{role}_EMAIL"] = email
+        return env
+
+    def _config(self, key: str) -> str | None:
+        try:
+            return self.repo.git.config("--get", key) or None
+        except git.GitCommandError:
+            return None
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def tip(self) -> str | None:
+        try:
+            return self.repo.git.rev_parse("--verify", "--quiet", f"{self.ref}^{{commit}}") or None
+        except git.GitCommandError:
+            return None
+
+    def entries(self) -> list[HistoryEntry]:
+        """kstui's commits on the branch, newest first, stopping where the user's history begins."""
+        if self.tip() is None:
+            return []
+        fmt = "%H%x1f%ct%x1f%s%x1f%(trailers:only,unfold)"
+        proc = self.repo.git.log("-z", "--first-parent", f"--format={fmt}", self.ref, "--", as_process=True)
+        out: list[HistoryEntry] = []
+        try:
+            for record in _split_stream(proc.proc.stdout, b"\0"):
+                entry = self._entry(record.decode("utf-8", "replace"))
+                if entry is None:
+                    break
+                out.append(entry)
+        finally:
+            proc.proc.stdout.close()
+            proc.proc.wait()
+        return out
+
+    @staticmethod
+    def _entry(record: str) -> HistoryEntry | None:
+        sha, ctime, subject, trailer_block = (record.split("\x1f") + ["", "", ""])[:4]
+        trailers = parse_trailers(trailer_block)
+        if T_GEOMEAN not in trailers:
+            return None
+        correct, total = _scenario_counts(trailers.get(T_SCENARIOS))
+        return HistoryEntry(
+            sha=sha.strip(),
+            time=float(ctime or 0),
+            geomean=_float_or_none(trailers.get(T_GEOMEAN)),
+            correct=correct,
+            total=total,
+            baseline=trailers.get(T_BASELINE),
+            question=trailers.get(T_QUESTION),
+            question_source=trailers.get(T_QUESTION_SOURCE),
+            message=subject,
+            eval_no=_int_or_none(trailers.get(T_EVAL)),
+            turn=_int_or_none(trailers.get(T_TURN)),
+            restores=trailers.get(T_RESTORES),
+        )
+
+    def entry(self, sha: str) -> HistoryEntry:
+        full = self._resolve(sha)
+        for e in self.entries():
+            if e.sha == full:
+                return e
+        raise HistoryError(f"{sha} is not an accepted version on {self.branch}")
+
+    def best(self) -> HistoryEntry | None:
+        """The highest geomean; on a tie the newest (a restore of the best is the best)."""
+        scored = [e for e in self.entries() if e.geomean is not None]
+        return max(scored, key=lambda e: e.geomean or 0.0) if scored else None
+
+    def result_of(self, sha: str) -> EvalResult | None:
+        """The EvalResult noted on a commit; None when there is no note or it is not a valid result."""
+        try:
+            text = self.repo.git.notes("--ref", NOTES_REF, "show", self._resolve(sha))
+            return EvalResult.from_json(text)
+        except (git.GitCommandError, SchemaError, HistoryError):
+            return None
+
+    def content_at(self, sha: str) -> str:
+        try:
+            blob = self.repo.commit(self._resolve(sha)).tree / self.relpath
+        except (KeyError, ValueError):
+            raise HistoryError(f"{sha} holds no {self.relpath}") from None
+        return blob.data_stream.read().decode("utf-8", "surrogateescape")
+
+    def diff(self, sha: str, against: str | None = None) -> str:
+        """The kernel's diff from `against` (default: the commit's parent, or nothing) to `sha`."""
+        new = self._resolve(sha)
+        if against is not None:
+            old = self._resolve(against)
+        else:
+            parents = self.repo.commit(new).parents
+            old = parents[0].hexsha if parents else _EMPTY_TREE
+        return self.repo.git.diff(
+            "--no-ext-diff", "--no-color", "--no-textconv", old, new, "--", self.relpath, strip_newline_in_stdout=False
+        )
+
+    def _resolve(self, rev: str) -> str:
+        try:
+            return self.repo.git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}")
+        except git.GitCommandError:
+            raise HistoryError(f"{rev} is not a commit in {self.repo.working_tree_dir}") from None
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def commit_accepted(
+        self,
+        content: str,
+        result: EvalResult,
+        *,
+        previous: float | None,
+        turn: int,
+        question: str | None,
+        question_source: str | None,
+        eval_no: int,
+    ) -> str:
+        """Commit an accepted version of the kernel with its trailers and the result as a note."""
+        if result.geomean_speedup is None:
+            raise HistoryError("an accepted result needs a geomean")
+        total = len(result.scenarios)
+        subject = format_message(self.kernel.stem, result.geomean_speedup, previous, result.correct_count, total)
+        trailers = [
+            (T_GEOMEAN, f"{result.geomean_speedup:.6g}"),
+            (T_SCENARIOS, f"{result.correct_count}/{total}"),
+            (T_BASELINE, _baselines_of(result)),
+            (T_EVAL, str(eval_no)),
+            (T_TURN, str(turn)),
+            (T_QUESTION, fold(self._scrub.text(question)) if question else None),
+            (T_QUESTION_SOURCE, question_source if question else None),
+        ]
+        return self._commit(content, subject, trailers, self._note_of(result))
+
+    def restore(self, sha: str, *, turn: int | None = None) -> str:
+        """Write an accepted version back into the kernel file and record it as a NEW commit."""
+        entry = self.entry(sha)
+        content = self.content_at(entry.sha)
+        subject = f"{self.kernel.stem}: restore {entry.short} ({entry.geomean or 0:.2f}x geomean, " \
+                  f"{entry.correct}/{entry.total} correct)"
+        trailers = [
+            (T_GEOMEAN, f"{entry.geomean:.6g}" if entry.geomean is not None else None),
+            (T_SCENARIOS, f"{entry.correct}/{entry.total}"),
+            (T_BASELINE, entry.baseline),
+            (T_EVAL, str(entry.eval_no) if entry.eval_no is not None else None),
+            (T_TURN, str(turn) if turn is not None else None),
+            (T_RESTORES, entry.sha),
+        ]
+        result = self.result_of(entry.sha)
+        new = self._commit(content, subject, trailers, self._note_of(result) if result else None)
+        _write_atomically(self.kernel, content)
+        return new
+
+    def _note_of(self, result: EvalResult) -> str:
+        return self._scrub.text(result.to_json())
+
+    def _commit(self, content: str, subject: str, trailers: list[tuple[str, str | None]], note: str | None) -> str:
+        env = self._identity_env()
+        blob = self._store("blob", content.encode("utf-8", "surrogateescape"))
+        tip = self.tip()
+        parent = tip
+        if parent is None and self.repo.head.is_valid():
+            parent = self.repo.head.commit.hexsha  # fork from the user's HEAD (detached or not)
+        tree = self._tree_with_kernel(parent, blob)
+        message = subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers if v)
+        args = [tree, "--no-gpg-sign", "-m", message]
+        if parent:
+            args[1:1] = ["-p", parent]
+        sha = self.repo.git.commit_tree(*args, env=env)
+        try:
+            # compare-and-swap: fails, rather than losing a commit, if the branch moved meanwhile
+            self.repo.git.update_ref("-m", f"kstui: {subject}", self.ref, sha, tip or _ZERO_SHA)
+        except git.GitCommandError:
+            raise HistoryError(f"{self.branch} moved while kstui was committing; nothing was changed") from None
+        if note is not None:
+            note_blob = self._store("blob", note.encode("utf-8"))
+            self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=env)
+        return sha
+
+    def _tree_with_kernel(self, parent: str | None, blob: str) -> str:
+        mode = "100644"
+        if parent:
+            listing = self.repo.git.ls_tree(parent, "--", self.relpath)
+            if listing.startswith("100755"):
+                mode = "100755"
+        with tempfile.TemporaryDirectory(prefix="kstui-index-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            if parent:
+                self.repo.git.read_tree(parent, env=env)
+            else:
+                self.repo.git.read_tree("--empty", env=env)
+            self.repo.git.update_index("--add", "--cacheinfo", f"{mode},{blob},{self.relpath}", env=env)
+            return self.repo.git.write_tree(env=env)
+
+    def _store(self, kind: str, data: bytes) -> str:
+        stream = self.repo.odb.store(IStream(kind, len(data), BytesIO(data)))
+        return stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha
+
+
+def _split_stream(stream: BinaryIO, sep: bytes, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """Yield sep-terminated records from a byte stream as they arrive (so a caller may stop early)."""
+    pending = b""
+    while True:
+        data = stream.read1(chunk)  # type: ignore[attr-defined]  # whatever has arrived, up to chunk
+        if not data:
+            break
+        pending += data
+        *records, pending = pending.split(sep)
+        yield from records
+    if pending.strip():
+        yield pending
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    """Replace the file in one step, keeping its mode: an editor watching it never sees half a file."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".kstui")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            f.write(content)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

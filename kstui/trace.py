@@ -1,0 +1,260 @@
+"""The session trace: one JSON event per line under <workspace>/.kstui/sessions/<id>/trace.jsonl.
+
+Durability: every line is written with one write() and flushed, so once append() returns the event is
+in the kernel's page cache and a SIGKILL of kstui loses at most the line being written. fsync (which
+also survives a power cut) costs milliseconds per call, far too much for tens of thousands of events,
+so it runs only on the events one would hate to lose (an accepted commit, a rewind, the end) and at
+close(). A torn last line is ignored by the reader and cut off by the next writer that appends.
+
+Secrets never reach the file: a Scrubber replaces environment secrets and Anthropic-shaped keys in
+every string of every event before it is serialised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from kstui.events import Accepted, Event, Rewound, SessionEnded, event_from_dict
+
+TRACE_NAME = "trace.jsonl"
+META_NAME = "meta.json"
+REDACTED = "[redacted]"
+
+_SECRET_NAME = re.compile(r"(_KEY|_TOKEN)$|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
+_ANTHROPIC_KEY = r"sk-ant-[A-Za-z0-9_\-]{4,}"
+# Below this length a secret is only redacted where a whole string equals it: replacing every
+# occurrence of a 4-character value inside tool output would mangle the trace for nothing.
+_MIN_SUBSTRING_SECRET = 8
+_DURABLE = (Accepted, Rewound, SessionEnded)
+
+
+class TraceError(Exception):
+    """One line: the trace cannot be read (names the file and line)."""
+
+
+class Scrubber:
+    """Replaces secrets in strings; built once, applied to every event."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        values = {v for v in secrets if v}
+        # longest first, so a secret that contains another is replaced whole
+        self.long_secrets = sorted((v for v in values if len(v) >= _MIN_SUBSTRING_SECRET), key=len, reverse=True)
+        self.short_secrets = frozenset(v for v in values if len(v) < _MIN_SUBSTRING_SECRET)
+        self._text_re = re.compile("|".join([re.escape(v) for v in self.long_secrets] + [_ANTHROPIC_KEY]))
+        # The same secrets as they appear inside a JSON line, for a one-pass check of a whole event.
+        in_json = [re.escape(_json_str(v)[1:-1]) for v in self.long_secrets]
+        in_json += [re.escape(_json_str(v)) for v in self.short_secrets]
+        self._json_re = re.compile("|".join(in_json + [_ANTHROPIC_KEY]))
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Scrubber:
+        """Secrets are the values of *_KEY, *_TOKEN, *SECRET*, *PASSWORD* variables, plus `extra`."""
+        env = os.environ if environ is None else environ
+        return cls([v for k, v in env.items() if _SECRET_NAME.search(k)] + list(extra))
+
+    def text(self, value: str) -> str:
+        if value in self.short_secrets:
+            return REDACTED
+        return self._text_re.sub(REDACTED, value)
+
+    def value(self, value: Any) -> Any:
+        """Scrub every string in a JSON-like value, keys included."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.value(v) for v in value]
+        return value
+
+    def dumps(self, data: dict[str, Any]) -> str:
+        """One JSON line with no secret in it; the common, clean case costs one regex search."""
+        line = json.dumps(data, ensure_ascii=False, default=_json_default)
+        if self._json_re.search(line) is None:
+            return line
+        return json.dumps(self.value(data), ensure_ascii=False, default=_json_default)
+
+
+def _json_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _json_default(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def _event_dict(event: Event) -> dict[str, Any]:
+    # Event.to_dict() deep-copies through asdict(); events hold plain JSON data, so a shallow dict
+    # serialises to the same line at a fraction of the cost (nested dataclasses go via _json_default).
+    return {"type": event.type, **vars(event)}
+
+
+class TraceWriter:
+    """Appends events to a trace file, one flushed line each, secrets scrubbed."""
+
+    def __init__(self, path: Path, *, extra_secrets: Iterable[str] = (), fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _cut_torn_tail(self.path)
+        self._file = open(self.path, "a", encoding="utf-8", newline="\n")
+        self._scrubber = Scrubber.from_environ(extra=extra_secrets)
+        self._fsync = fsync
+
+    def append(self, event: Event) -> None:
+        self._file.write(self._scrubber.dumps(_event_dict(event)) + "\n")
+        self._file.flush()
+        if self._fsync and isinstance(event, _DURABLE):
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+        self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Drop a last line without its newline (a write cut by SIGKILL) so appends start on a clean line."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        pos = size
+        while pos > 0:
+            step = min(1 << 16, pos)
+            pos -= step
+            f.seek(pos)
+            cut = f.read(step).rfind(b"\n")
+            if cut >= 0:
+                f.truncate(pos + cut + 1)
+                return
+        f.truncate(0)
+
+
+def read_trace(path: Path) -> Iterator[Event]:
+    """The events of a trace, in order.
+
+    A last line without its newline is a torn write and is skipped; an event type this kstui does not
+    know (a newer trace) is skipped; any other unreadable line raises TraceError naming the line.
+    """
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror}") from None
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.endswith(b"\n"):
+                return
+            if not raw.strip():
+                continue
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                raise TraceError(f"{path}:{lineno}: not a JSON event") from None
+            if not isinstance(data, dict):
+                raise TraceError(f"{path}:{lineno}: not a JSON object")
+            try:
+                yield event_from_dict(data)
+            except ValueError:
+                continue  # unknown event type
+            except TypeError as exc:
+                raise TraceError(f"{path}:{lineno}: bad {data.get('type')} event: {exc}") from None
+
+
+# --- sessions on disk --------------------------------------------------------------------------
+
+
+@dataclass
+class SessionMeta:
+    session_id: str
+    kernel: str  # relative to the workspace when inside it, so a moved workspace still resumes
+    started: float
+    model: str | None = None
+
+    def kernel_path(self, workspace: Path) -> Path:
+        return (Path(workspace) / self.kernel).resolve()
+
+
+def new_session_id(now: float | None = None) -> str:
+    """UTC time plus a random suffix: sorts by start time, unique within a second."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{os.urandom(2).hex()}"
+
+
+def session_dir(workspace: Path, session_id: str) -> Path:
+    return Path(workspace) / ".kstui" / "sessions" / session_id
+
+
+def trace_path(directory: Path) -> Path:
+    return Path(directory) / TRACE_NAME
+
+
+def create_session(workspace: Path, kernel: Path, model: str | None, *, now: float | None = None) -> Path:
+    """Make a new session directory with its meta.json; returns the directory."""
+    started = time.time() if now is None else now
+    sid = new_session_id(started)
+    directory = session_dir(workspace, sid)
+    directory.mkdir(parents=True, exist_ok=False)
+    kernel = Path(kernel).resolve()
+    try:
+        stored = kernel.relative_to(Path(workspace).resolve()).as_posix()
+    except ValueError:
+        stored = str(kernel)
+    meta = SessionMeta(session_id=sid, kernel=stored, started=started, model=model)
+    tmp = directory / (META_NAME + ".tmp")
+    tmp.write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / META_NAME)
+    return directory
+
+
+def read_meta(directory: Path) -> SessionMeta | None:
+    try:
+        data = json.loads((Path(directory) / META_NAME).read_text(encoding="utf-8"))
+        return SessionMeta(
+            session_id=str(data["session_id"]),
+            kernel=str(data["kernel"]),
+            started=float(data["started"]),
+            model=data.get("model"),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def latest_session(workspace: Path, kernel: Path) -> Path | None:
+    """The directory of the most recent session of this kernel in the workspace, or None."""
+    root = Path(workspace) / ".kstui" / "sessions"
+    if not root.is_dir():
+        return None
+    target = Path(kernel).resolve()
+    best: tuple[float, str, Path] | None = None
+    for directory in root.iterdir():
+        meta = read_meta(directory)
+        if meta is None or meta.kernel_path(workspace) != target:
+            continue
+        key = (meta.started, meta.session_id, directory)
+        if best is None or key[:2] > best[:2]:
+            best = key
+    return best[2] if best else None
