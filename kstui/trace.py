@@ -75,14 +75,22 @@ class Scrubber:
 
     def dumps(self, data: dict[str, Any]) -> str:
         """One JSON line with no secret in it; the common, clean case costs one regex search."""
-        line = json.dumps(data, ensure_ascii=False, default=_json_default)
+        # ASCII-escaped JSON: the faster encoder, and a line any tool can read whatever its locale
+        line = _dumps(data)
         if self._json_re.search(line) is None:
             return line
-        return json.dumps(self.value(data), ensure_ascii=False, default=_json_default)
+        return _dumps(self.value(data))
 
 
 def _json_str(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value)
+
+
+def _dumps(data: Any) -> str:
+    try:
+        return json.dumps(data)  # the module's cached encoder: the fast path
+    except TypeError:
+        return json.dumps(data, default=_json_default)
 
 
 def _json_default(obj: Any) -> Any:
@@ -100,29 +108,36 @@ def _event_dict(event: Event) -> dict[str, Any]:
 
 
 class TraceWriter:
-    """Appends events to a trace file, one flushed line each, secrets scrubbed."""
+    """Appends events to a trace file, one line each with a single write(), secrets scrubbed."""
 
     def __init__(self, path: Path, *, extra_secrets: Iterable[str] = (), fsync: bool = True) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _cut_torn_tail(self.path)
-        self._file = open(self.path, "a", encoding="utf-8", newline="\n")
+        # unbuffered O_APPEND: each line goes to the kernel in one call, nothing waits in a buffer
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._scrubber = Scrubber.from_environ(extra=extra_secrets)
         self._fsync = fsync
 
     def append(self, event: Event) -> None:
-        self._file.write(self._scrubber.dumps(_event_dict(event)) + "\n")
-        self._file.flush()
+        if self._fd is None:
+            raise ValueError(f"trace {self.path} is closed")
+        data = (self._scrubber.dumps(_event_dict(event)) + "\n").encode("utf-8", "surrogateescape")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
         if self._fsync and isinstance(event, _DURABLE):
-            os.fsync(self._file.fileno())
+            os.fsync(self._fd)
 
     def close(self) -> None:
-        if self._file.closed:
+        if self._fd is None:
             return
-        self._file.flush()
-        if self._fsync:
-            os.fsync(self._file.fileno())
-        self._file.close()
+        fd, self._fd = self._fd, None
+        try:
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -161,27 +176,51 @@ def read_trace(path: Path) -> Iterator[Event]:
     know (a newer trace) is skipped; any other unreadable line raises TraceError naming the line.
     """
     try:
-        f = open(path, "rb")
+        f = open(path, encoding="utf-8", errors="surrogateescape", newline="\n")
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror}") from None
+    classes: dict[str, type[Event]] = {}  # type -> class, learnt from event_from_dict's first answer
     with f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.endswith(b"\n"):
+        for lineno, line in enumerate(f, 1):
+            if not line.endswith("\n"):
                 return
-            if not raw.strip():
+            if line.isspace():
                 continue
             try:
-                data = json.loads(raw)
+                data = json.loads(line)
             except ValueError:
                 raise TraceError(f"{path}:{lineno}: not a JSON event") from None
             if not isinstance(data, dict):
                 raise TraceError(f"{path}:{lineno}: not a JSON object")
-            try:
-                yield event_from_dict(data)
-            except ValueError:
-                continue  # unknown event type
-            except TypeError as exc:
-                raise TraceError(f"{path}:{lineno}: bad {data.get('type')} event: {exc}") from None
+            event = _build(data, classes)
+            if event is None:
+                continue  # an event type this kstui does not know
+            if event is _BAD:
+                raise TraceError(f"{path}:{lineno}: malformed {data.get('type')!r} event")
+            yield event
+
+
+_BAD = object()
+
+
+def _build(data: dict[str, Any], classes: dict[str, type[Event]]) -> Any:
+    """event_from_dict, with the per-line field lookup skipped for types already seen (the hot path)."""
+    cls = classes.get(data.get("type", ""))
+    if cls is not None:
+        kwargs = dict(data)
+        del kwargs["type"]
+        try:
+            return cls(**kwargs)
+        except TypeError:
+            pass  # an extra key from a newer kstui, or a missing one: let event_from_dict decide
+    try:
+        event = event_from_dict(data)
+    except ValueError:
+        return None
+    except TypeError:
+        return _BAD
+    classes[event.type] = type(event)
+    return event
 
 
 # --- sessions on disk --------------------------------------------------------------------------
