@@ -1,0 +1,166 @@
+"""The Textual App: one view of a Session (or of a trace, or of a kernel's history with no session).
+
+The Session runs on the app's own event loop, in a Textual worker; its events are forwarded to the
+main screen as messages in the order they were emitted. No threads.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from kstui import events as ev
+from kstui.screens.history import HistoryScreen
+from kstui.screens.main import MainScreen
+from kstui.screens.replay import ReplayPlayer
+from kstui.widgets.messages import SessionEvent
+
+PALETTE = (
+    ("Ask a question", "Focus the question box", "focus_question"),
+    ("Question bank", "Pick a question from the bank (b)", "bank"),
+    ("History", "Accepted kernels, diffs and results (h)", "history"),
+    ("Pause the agent", "Stop after the current step (p)", "pause"),
+    ("Resume the agent", "Carry on (p)", "resume"),
+    ("Interrupt the agent", "Stop the current turn now (escape)", "interrupt"),
+    ("Evaluate now", "Run the harness on the kernel as it is (e)", "evaluate"),
+    ("Replay: play/pause", "Pause or resume the playback (space)", "replay_toggle"),
+    ("Replay: step", "Play one event (n)", "replay_step"),
+    ("Help", "Keys and how questions work (?)", "help"),
+    ("Quit", "Stop the session and leave (q)", "quit"),
+)
+
+
+class KstuiApp(App[int]):
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    TITLE = "kstui"
+    BINDINGS = [Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
+
+    def __init__(
+        self,
+        *,
+        kernel: Path | None = None,
+        session: Any = None,
+        history: Any = None,
+        replay: ReplayPlayer | None = None,
+        baseline: str | None = None,
+        watch: bool = True,
+        transcript_window: int = 150,
+    ) -> None:
+        super().__init__()
+        self.session, self.history, self.replay = session, history, replay
+        self.kernel = kernel
+        self.main: MainScreen | None = None
+        if kernel is not None:
+            self.main = MainScreen(
+                kernel, session=session, replay=replay, baseline=baseline, watch=watch,
+                transcript_window=transcript_window,
+            )
+        self._stopping = False
+
+    def on_mount(self) -> None:
+        if self.main is None:
+            self.push_screen(HistoryScreen(self.history, standalone=True))
+            return
+        self.push_screen(self.main)
+        if self.session is not None:
+            self.session.subscribe(self.forward)
+            self.run_worker(self._run_session(), name="session", exit_on_error=False)
+
+    def forward(self, event: ev.Event) -> None:
+        """The Session's subscriber: called on this loop, it only queues the event for the screen."""
+        if self.main is not None:
+            self.main.post_message(SessionEvent(event))
+
+    async def _run_session(self) -> None:
+        try:
+            await self.session.run()
+        except Exception as exc:  # the run died: say so, keep the app (and everything on screen) alive
+            self.forward(ev.Error(f"the session stopped: {exc}", where="session"))
+
+    def shutdown(self) -> None:
+        """Quit after the session has stopped, so that git and the trace are consistent."""
+        if not self._stopping:
+            self._stopping = True
+            self.run_worker(self._shutdown(), name="shutdown", exit_on_error=False)
+
+    async def _shutdown(self) -> None:
+        if self.session is not None:
+            self.notify("stopping the session…")
+            await self.session.stop()
+        self.exit(0)
+
+    async def action_quit(self) -> None:
+        if isinstance(self.screen, MainScreen):
+            self.screen.action_quit()
+        else:
+            self.shutdown()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, MainScreen):
+            for title, help_text, action in PALETTE:
+                if screen.check_action(action, ()):
+                    yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
+
+
+def _kernel_of(session: Any) -> Path:
+    return Path(session.config.kernel)
+
+
+def _baseline_of(history: Any) -> str | None:
+    """The last accepted version: the source pane marks lines changed since it."""
+    entries = history.entries()
+    return history.content_at(entries[0].sha) if entries else None
+
+
+def run_session_app(session: Any) -> int:
+    app = KstuiApp(kernel=_kernel_of(session), session=session, baseline=_baseline_of(session.history))
+    return app.run() or 0
+
+
+def run_log_app(kernel: Path, branch: str | None = None) -> int:
+    from kstui.history import History, HistoryError
+
+    try:
+        history = History(kernel, branch)
+    except HistoryError as exc:
+        print(f"kstui: {exc}", file=sys.stderr)
+        return 2
+    return KstuiApp(history=history).run() or 0
+
+
+def replay_kernel(trace: Path, events: list[ev.Event]) -> Path:
+    """The traced kernel: absolute, or relative to the workspace that holds .kstui/sessions/<id>/."""
+    started = next((e for e in events if isinstance(e, ev.SessionStarted)), None)
+    name = Path(started.kernel) if started else Path("kernel.cu")
+    if name.is_absolute():
+        return name
+    workspace = trace.resolve().parent
+    for parent in workspace.parents:
+        if parent.name == ".kstui":
+            return parent.parent / name
+    return workspace / name
+
+
+def run_replay_app(trace: Path) -> int:
+    from kstui.history import History, HistoryError
+    from kstui.trace import TraceError, read_trace
+
+    try:
+        events = list(read_trace(trace))
+    except TraceError as exc:
+        print(f"kstui: {exc}", file=sys.stderr)
+        return 2
+    kernel = replay_kernel(trace, events)
+    try:
+        history = History(kernel) if kernel.exists() else None
+    except HistoryError:
+        history = None
+    player = ReplayPlayer(events, history=history)
+    return KstuiApp(kernel=kernel, replay=player, watch=False).run() or 0

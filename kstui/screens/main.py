@@ -1,0 +1,290 @@
+"""The main screen: source, transcript and speedup side by side, the question box below.
+
+It is a view of a Session (or of a replayed trace): session events arrive as SessionEvent messages and
+fold into each pane's own state; keys call the Session's methods. No logic lives here that the
+headless mode lacks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Static, Tab, Tabs
+
+from kstui import events as ev
+from kstui.screens.bank import BankChoice, BankScreen
+from kstui.screens.confirm import ConfirmScreen
+from kstui.screens.help import HelpScreen
+from kstui.screens.history import HistoryScreen
+from kstui.widgets.footer import AlertFooter
+from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, SessionEvent
+from kstui.widgets.questions import QuestionBox, QueueList
+from kstui.widgets.source import SourcePane
+from kstui.widgets.speedup import SpeedupPanel
+from kstui.widgets.transcript import Transcript
+
+if TYPE_CHECKING:
+    from kstui.screens.replay import ReplayPlayer
+
+# Below this the three columns do not fit side by side: they become tabs.
+MIN_WIDTH, MIN_HEIGHT = 100, 30
+WORKING = {"thinking", "tool", "evaluating"}
+SESSION_ACTIONS = {"bank", "pause", "resume", "interrupt", "evaluate", "focus_question"}
+REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_faster", "replay_slower"}
+COLUMNS = ("source", "middle", "speedup")
+
+
+class MainScreen(Screen):
+    CSS_PATH = Path(__file__).with_name("main.tcss")
+
+    BINDINGS = [
+        Binding("a", "focus_question", "ask"),
+        Binding("b", "bank", "bank"),
+        Binding("h", "history", "history"),
+        Binding("p", "pause", "pause"),
+        Binding("p", "resume", "resume"),
+        Binding("escape", "interrupt", "interrupt"),
+        Binding("e", "evaluate", "evaluate"),
+        Binding("space", "replay_toggle", "play/pause"),
+        Binding("n", "replay_step", "step"),
+        Binding("plus,equals_sign", "replay_faster", "faster"),
+        Binding("minus", "replay_slower", "slower"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+        Binding("left_square_bracket", "resize('source', -1)", "narrower source", show=False),
+        Binding("right_square_bracket", "resize('source', 1)", "wider source", show=False),
+        Binding("left_curly_bracket", "resize('speedup', -1)", "narrower speedup", show=False),
+        Binding("right_curly_bracket", "resize('speedup', 1)", "wider speedup", show=False),
+    ]
+
+    def __init__(
+        self,
+        kernel: Path,
+        *,
+        session: Any = None,
+        replay: ReplayPlayer | None = None,
+        baseline: str | None = None,
+        watch: bool = True,
+        transcript_window: int = 150,
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.replay = replay
+        self.kernel = kernel
+        self.status = "idle"
+        self.mode = "replay" if replay is not None else ("agent" if session is not None else "view")
+        self.turn: int | None = None
+        self.widths = {"source": 4, "middle": 4, "speedup": 3}
+        self.source = SourcePane(kernel, baseline=baseline, watch=watch and replay is None, id="source", classes="column")
+        self.transcript = Transcript(window=transcript_window, id="transcript")
+        self.speedup = SpeedupPanel(id="speedup", classes="column")
+        self.queue = QueueList(id="queue")
+        self.box = QuestionBox(id="question")
+        self.footer = AlertFooter()
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="status")
+        yield Tabs(
+            Tab("Source", id="tab-source"), Tab("Transcript", id="tab-middle"), Tab("Speedup", id="tab-speedup"),
+            id="tabs",
+        )
+        with Horizontal(id="columns"):
+            yield self.source
+            with Vertical(id="middle", classes="column"):
+                yield self.transcript
+                yield self.queue
+                yield self.box
+            yield self.speedup
+        yield self.footer
+
+    def on_mount(self) -> None:
+        self.source.border_title = self.kernel.name
+        self.transcript.border_title = "transcript"
+        self.speedup.border_title = "speedup"
+        self.queue.display = False
+        self.box.display = self.session is not None
+        self._apply_widths()
+        self._layout_for(self.size.width, self.size.height)
+        self.update_status()
+        self.transcript.focus()
+        if self.replay is not None:
+            self.replay.start(self)
+
+    # --- session events ----------------------------------------------------------------------
+
+    async def on_session_event(self, message: SessionEvent) -> None:
+        event = message.event
+        self.source.apply_event(event)
+        await self.transcript.apply_event(event)
+        if self.speedup.apply_event(event):
+            self._stall_changed()
+        self.queue.apply_event(event)
+        if isinstance(event, ev.StatusChanged):
+            self.status = event.status
+            self.refresh_bindings()
+        elif isinstance(event, ev.TurnStarted):
+            self.turn = event.turn
+        elif isinstance(event, ev.SessionStarted):
+            self.mode = "replay" if self.replay is not None else event.mode
+        elif isinstance(event, ev.Error):
+            self.notify(event.message, title=event.where or "error", severity="error")
+        elif isinstance(event, ev.Notice) and event.level == "warning":
+            self.notify(event.message, severity="warning")
+        elif isinstance(event, ev.Accepted):
+            self.notify(f"accepted {event.commit[:7]}: geomean {event.geomean:.3f}×")
+        if isinstance(event, (ev.StatusChanged, ev.TurnStarted, ev.SessionStarted)):
+            self.update_status()
+
+    def _stall_changed(self) -> None:
+        trigger = self.speedup.state.trigger
+        self.set_class(trigger is not None, "-stalled")
+        self.footer.set_alert(frozenset({"b"}) if trigger else frozenset())
+        if trigger == "stall":
+            self.notify(f"stalled: {self.speedup.state.stalled} — press b for a question", severity="warning")
+
+    def update_status(self) -> None:
+        parts = [f"kstui · {self.kernel.name}", self.mode]
+        if self.replay is not None:
+            parts.append(self.replay.describe())
+        else:
+            parts.append(self.status)
+        if self.turn is not None:
+            parts.append(f"turn {self.turn}")
+        self.query_one("#status", Static).update(" · ".join(parts))
+
+    # --- questions ---------------------------------------------------------------------------
+
+    def on_ask_question(self, message: AskQuestion) -> None:
+        if self.session is None:
+            return
+        self.session.ask(message.text, interrupt=message.interrupt, source=message.source)
+        if message.question_id is not None:
+            self.session.bank.mark_used(message.question_id)
+        when = "now (interrupting)" if message.interrupt else "at the next turn boundary"
+        self.notify(f"question queued: asked {when}")
+
+    def on_edit_queued(self, message: EditQueued) -> None:
+        if self.session is not None:
+            self.session.edit_queued(message.index, message.text)
+
+    def on_remove_queued(self, message: RemoveQueued) -> None:
+        if self.session is not None:
+            self.session.remove_queued(message.index)
+
+    # --- keys --------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in SESSION_ACTIONS and (self.session is None or self.mode == "manual" and action != "evaluate"):
+            return False
+        if action in REPLAY_ACTIONS and self.replay is None:
+            return False
+        if action == "pause":
+            return self.status != "paused"
+        if action == "resume":
+            return self.status == "paused"
+        if action == "history" and self._history() is None:
+            return False
+        return True
+
+    def _history(self) -> Any:
+        if self.session is not None:
+            return self.session.history
+        return self.replay.history if self.replay is not None else None
+
+    def action_focus_question(self) -> None:
+        self.box.focus()
+
+    def action_bank(self) -> None:
+        self.app.push_screen(BankScreen(self.session.bank, self.speedup.state.trigger), self._bank_chosen)
+
+    def _bank_chosen(self, choice: BankChoice | None) -> None:
+        if choice is None:
+            return
+        if choice.edit:
+            self.box.prefill(choice.question.text, source="bank", question_id=choice.question.id)
+        else:
+            self.post_message(AskQuestion(choice.question.text, source="bank", question_id=choice.question.id))
+
+    def action_history(self) -> None:
+        self.app.push_screen(HistoryScreen(self._history(), session=self.session))
+
+    def action_pause(self) -> None:
+        self.session.pause()
+
+    def action_resume(self) -> None:
+        self.session.resume()
+
+    def action_interrupt(self) -> None:
+        if self.box.has_focus:
+            # Escape first leaves the question box (cancelling an edit); a second one interrupts.
+            self.box.cancel_edit()
+            self.transcript.focus()
+            return
+        self.session.interrupt()
+        self.notify("interrupting the agent")
+
+    def action_evaluate(self) -> None:
+        self.run_worker(self.session.evaluate_now(), name="evaluate-now", exit_on_error=False)
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.active_bindings))
+
+    def action_quit(self) -> None:
+        if self.session is not None and self.status in WORKING:
+            self.app.push_screen(
+                ConfirmScreen("The agent is working. Quit? The turn is interrupted; git and the trace stay consistent."),
+                lambda yes: self.app.shutdown() if yes else None,
+            )
+        else:
+            self.app.shutdown()
+
+    def action_resize(self, column: str, delta: int) -> None:
+        self.widths[column] = max(1, min(12, self.widths[column] + delta))
+        self._apply_widths()
+
+    def action_replay_toggle(self) -> None:
+        self.replay.toggle()
+        self.update_status()
+
+    def action_replay_step(self) -> None:
+        self.replay.step()
+        self.update_status()
+
+    def action_replay_faster(self) -> None:
+        self.replay.faster()
+        self.update_status()
+
+    def action_replay_slower(self) -> None:
+        self.replay.slower()
+        self.update_status()
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def _apply_widths(self) -> None:
+        for name in COLUMNS:
+            self.query_one(f"#{name}").styles.width = f"{self.widths[name]}fr"
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_for(event.size.width, event.size.height)
+
+    def _layout_for(self, width: int, height: int) -> None:
+        narrow = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.set_class(narrow, "-narrow")
+        self.query_one("#tabs", Tabs).display = narrow
+        if narrow:
+            active = self.query_one("#tabs", Tabs).active or "tab-middle"
+            self._show_column(active.removeprefix("tab-"))
+
+    @on(Tabs.TabActivated, "#tabs")
+    def _tab_activated(self, event: Tabs.TabActivated) -> None:
+        self._show_column(event.tab.id.removeprefix("tab-") if event.tab and event.tab.id else "middle")
+
+    def _show_column(self, name: str) -> None:
+        for column in COLUMNS:
+            self.query_one(f"#{column}").set_class(column == name, "-active")

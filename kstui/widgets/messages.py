@@ -1,0 +1,35 @@
+"""Textual messages between the widgets and the screen that owns the session (small dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from kstui import events as ev
+
+
+@dataclass
+class SessionEvent(Message):
+    """One session event, delivered on the app's loop in the order the session emitted it."""
+
+    event: ev.Event
+
+
+@dataclass
+class AskQuestion(Message):
+    text: str
+    interrupt: bool = False
+    source: str = "human"
+    question_id: str | None = None
+
+
+@dataclass
+class EditQueued(Message):
+    index: int
+    text: str
+
+
+@dataclass
+class RemoveQueued(Message):
+    index: int

@@ -1,0 +1,105 @@
+"""The question box (Enter queues for the next turn boundary, ctrl+s interrupts and asks now) and the
+visible, editable queue of questions not yet delivered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import Input, OptionList
+from textual.widgets.option_list import Option
+
+from kstui import events as ev
+from kstui.widgets.format import SOURCE_ICONS
+from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued
+
+PLACEHOLDER = "Ask the agent…  enter: queue for the next turn · ctrl+s: interrupt and ask now"
+
+
+class QuestionBox(Input):
+    BINDINGS = [Binding("ctrl+s", "ask_now", "ask now", priority=True)]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(placeholder=PLACEHOLDER, **kwargs)
+        self.editing: int | None = None  # the queue position being edited, if any
+        self._source = "human"
+        self._question_id: str | None = None
+
+    def prefill(self, text: str, *, source: str, question_id: str | None) -> None:
+        """Put a bank question in the box to edit before sending; it keeps its source and id."""
+        self.value, self._source, self._question_id = text, source, question_id
+        self.border_title = f"{source} question · edit, then enter to queue or ctrl+s to ask now"
+        self.focus()
+
+    def edit(self, index: int, text: str) -> None:
+        self.editing = index
+        self.value = text
+        self.border_title = f"editing queued question {index + 1} · enter saves · escape cancels"
+        self.focus()
+
+    def _finish_edit(self) -> None:
+        self.editing, self._source, self._question_id = None, "human", None
+        self.border_title = None
+        self.value = ""
+
+    def _send(self, interrupt: bool) -> None:
+        text = self.value.strip()
+        if not text:
+            return
+        if self.editing is not None and not interrupt:
+            self.post_message(EditQueued(self.editing, text))
+        else:
+            if self.editing is not None:
+                self.post_message(RemoveQueued(self.editing))
+            self.post_message(AskQuestion(text, interrupt=interrupt, source=self._source, question_id=self._question_id))
+        self._finish_edit()
+
+    async def action_submit(self) -> None:
+        self._send(interrupt=False)
+
+    def action_ask_now(self) -> None:
+        self._send(interrupt=True)
+
+    def cancel_edit(self) -> None:
+        if self.editing is not None or self._question_id is not None:
+            self._finish_edit()
+
+
+class QueueList(OptionList):
+    """Queued questions, oldest first: enter edits the selected one, delete (or x) removes it."""
+
+    BINDINGS = [
+        Binding("enter", "edit_selected", "edit"),
+        Binding("delete,x", "remove_selected", "remove"),
+    ]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.queue: list[dict[str, Any]] = []
+
+    def apply_event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.QueueChanged):
+            self.show(event.queue)
+
+    def show(self, queue: list[dict[str, Any]]) -> None:
+        self.queue = list(queue)
+        highlighted = self.highlighted
+        self.clear_options()
+        for i, item in enumerate(self.queue):
+            icon = SOURCE_ICONS.get(str(item.get("source", "human")), "?")
+            now = " ⚡" if item.get("interrupt") else ""
+            self.add_option(Option(Text(f"{i + 1}. {icon}{now} {item.get('text', '')}", overflow="ellipsis", no_wrap=True)))
+        self.display = bool(self.queue)
+        self.border_title = f"queued questions ({len(self.queue)}) · enter edit · del remove"
+        if self.queue:
+            self.highlighted = min(highlighted or 0, len(self.queue) - 1)
+
+    def action_edit_selected(self) -> None:
+        if self.highlighted is not None and self.highlighted < len(self.queue):
+            box = self.screen.query_one(QuestionBox)
+            box.edit(self.highlighted, str(self.queue[self.highlighted].get("text", "")))
+
+    def action_remove_selected(self) -> None:
+        if self.highlighted is not None and self.highlighted < len(self.queue):
+            self.post_message(RemoveQueued(self.highlighted))

@@ -1,0 +1,137 @@
+"""The source pane: the kernel, highlighted, with the lines changed since the last accepted commit
+marked in the gutter, reloaded shortly after any write (the agent's, or an editor's atomic save)."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.syntax import Syntax
+from textual.containers import ScrollableContainer
+from textual.timer import Timer
+from textual.widgets import Static
+from kstui import events as ev
+from kstui.watcher import FileWatcher
+
+# Writes arrive in bursts (an editor's temp file + rename, the agent's several edits): wait this long
+# after the last one before reading, well inside the half second the pane promises.
+COALESCE_S = 0.12
+EDIT_TOOLS = {"edit_file", "write_file", "bash"}
+
+
+def changed_lines(baseline: str | None, text: str) -> set[int]:
+    """1-based numbers of the lines in text that differ from baseline (inserted or replaced)."""
+    if baseline is None:
+        return set()
+    matcher = difflib.SequenceMatcher(None, baseline.splitlines(), text.splitlines(), autojunk=False)
+    lines: set[int] = set()
+    for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "insert"):
+            lines.update(range(j1 + 1, j2 + 1))
+    return lines
+
+
+@dataclass
+class SourceState:
+    path: Path
+    text: str = ""
+    baseline: str | None = None
+    changed: set[int] = field(default_factory=set)
+    error: str | None = None
+    reloads: int = 0
+
+    def read(self) -> bool:
+        """Read the file; True when its text changed. A vanished or unreadable file keeps the old text."""
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            self.error = f"cannot read {self.path.name}: {exc.strerror or exc}"
+            return False
+        self.error = None
+        if text == self.text and self.reloads:
+            return False
+        self.text = text
+        self.reloads += 1
+        self.changed = changed_lines(self.baseline, text)
+        return True
+
+    def set_baseline(self, text: str | None) -> None:
+        self.baseline = text
+        self.changed = changed_lines(text, self.text)
+
+
+class SourcePane(ScrollableContainer, can_focus=True):
+    """Scrollable highlighted source; scroll position survives reloads because the Static is updated
+    in place rather than replaced."""
+
+    def __init__(self, path: Path, *, baseline: str | None = None, watch: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = SourceState(path.resolve(), baseline=baseline)
+        self._watch = watch
+        self._watcher: FileWatcher | None = None
+        self._timer: Timer | None = None
+        self._code = Static(id="code")
+
+    def compose(self):
+        yield self._code
+
+    def on_mount(self) -> None:
+        self.state.read()
+        self._render_code()
+        if self._watch:
+            self._watcher = FileWatcher(self.state.path, self.reload, settle_s=COALESCE_S)
+            self._watcher.start()
+
+    def on_unmount(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+    def poke(self) -> None:
+        """Something may have written the file: reload once the burst is over."""
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(COALESCE_S, self.reload)
+
+    def reload(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if self.state.read():
+            self._render_code()
+        self._update_title()
+
+    def set_baseline(self, text: str | None) -> None:
+        self.state.set_baseline(text)
+        self._render_code()
+
+    def apply_event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ExternalEdit) or (
+            isinstance(event, ev.ToolCallFinished) and event.name in EDIT_TOOLS
+        ):
+            self.poke()
+        elif isinstance(event, (ev.Accepted, ev.Rewound)):
+            # The accepted version is what is on disk now: its lines stop being "changed".
+            self.state.read()
+            self.set_baseline(self.state.text)
+
+    def _update_title(self) -> None:
+        changed = len(self.state.changed)
+        note = f" · {changed} changed" if changed else ""
+        self.border_title = f"{self.state.path.name}{note}"
+        self.border_subtitle = self.state.error or ""
+
+    def _render_code(self) -> None:
+        self._code.update(
+            Syntax(
+                self.state.text,
+                "cuda",
+                line_numbers=True,
+                highlight_lines=self.state.changed,
+                theme="monokai",
+                word_wrap=False,
+                indent_guides=False,
+            )
+        )
+        self._update_title()

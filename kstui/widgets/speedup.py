@@ -1,0 +1,153 @@
+"""The speedup panel: best and latest geomean against the named baseline, the plot per evaluation
+(accepted points marked), the sortable per-scenario table, the stall indicator, tokens and cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+from textual_plotext import PlotextPlot
+
+from kstui import events as ev
+from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
+from kstui.widgets.speedup_state import SpeedupState
+
+COLUMNS = ("id", "correct", "µs", "baseline µs", "speedup", "TFLOP/s")
+FIELDS = ("id", "correct", "time_us", "baseline_us", "speedup", "tflops")
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    # Missing numbers sort last whichever way, and never compare against floats.
+    return (1, 0) if value is None else (0, value)
+
+
+class ScenarioTable(DataTable):
+    """Per-scenario numbers of the latest evaluation; `s` cycles the sort column, `r` reverses."""
+
+    BINDINGS = [
+        Binding("s", "cycle_sort", "sort by next column"),
+        Binding("r", "reverse_sort", "reverse sort"),
+    ]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.sort_column = 0
+        self.sort_reverse = False
+        self._rows: list[dict[str, Any]] = []
+
+    def on_mount(self) -> None:
+        for name, key in zip(COLUMNS, FIELDS):
+            self.add_column(name, key=key)
+
+    def show(self, scenarios: list[dict[str, Any]]) -> None:
+        self._rows = scenarios
+        self._fill()
+
+    def _fill(self) -> None:
+        field = FIELDS[self.sort_column]
+        rows = sorted(self._rows, key=lambda s: sort_key(s.get(field)), reverse=self.sort_reverse)
+        self.clear()
+        for s in rows:
+            ok = Text("✓", style="green") if s.get("correct") else Text(s.get("verdict", "✗"), style="bold red")
+            self.add_row(
+                s.get("id", "?"), ok, fmt_num(s.get("time_us")), fmt_num(s.get("baseline_us")),
+                fmt_x(s.get("speedup")), fmt_num(s.get("tflops")), key=s.get("id"),
+            )
+
+    def action_cycle_sort(self) -> None:
+        self.sort_column = (self.sort_column + 1) % len(FIELDS)
+        self._fill()
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._fill()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        if event.column_index == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column, self.sort_reverse = event.column_index, False
+        self._fill()
+
+
+class SpeedupPanel(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = SpeedupState()
+        self._summary = Static(id="summary")
+        self._stall = Static(id="stall")
+        self._plot = PlotextPlot(id="plot")
+        self._table = ScenarioTable(id="scenarios")
+        self._usage = Static(id="usage")
+
+    def compose(self):
+        yield self._summary
+        yield self._stall
+        yield self._plot
+        yield self._table
+        yield self._usage
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def apply_event(self, event: ev.Event) -> bool:
+        """Fold an event in and redraw; True when the stall state changed (the footer follows it)."""
+        before = self.state.trigger
+        had_result = self.state.result_eval
+        if self.state.apply(event):
+            self.redraw(table=self.state.result_eval != had_result)
+        return self.state.trigger != before
+
+    def redraw(self, *, table: bool = True) -> None:
+        s = self.state
+        latest = s.latest
+        vs = f" vs {s.baseline}" if s.baseline else ""
+        lines = Text.assemble(
+            ("best ", "dim"), (fmt_x(s.best), "bold green"), (vs, "dim"),
+            (f"  {s.best_commit[:7]}" if s.best_commit else "", "dim"), "\n",
+            ("latest ", "dim"), (fmt_x(latest.geomean) if latest else "—", "bold"),
+            (f"  #{latest.eval_no}" if latest else "", "dim"), "  ",
+            ("correct ", "dim"), (f"{latest.correct}/{latest.total}" if latest and latest.total else "—", "bold"),
+        )
+        if s.evaluating is not None:
+            lines.append(f"\nevaluating #{s.evaluating} on {s.where}…", style="yellow")
+        else:
+            lines.append(f"\nevaluations run on {s.where}", style="dim")
+        if s.last_error:
+            lines.append(f"\nlast evaluation failed: {s.last_error}", style="red")
+        self._summary.update(lines)
+        if s.limit_claim:
+            self._stall.update(Text(f"⚠ limit claimed: {s.limit_claim[:120]} — press b", style="bold yellow"))
+        elif s.stalled:
+            self._stall.update(Text(f"⚠ STALLED: {s.stalled} — press b for a question", style="bold yellow"))
+        self._stall.display = bool(s.stalled or s.limit_claim)
+        self._draw_plot()
+        if table and s.result is not None:
+            self._table.show(s.result.get("scenarios", []))
+            self._table.border_title = f"scenarios · evaluation #{s.result_eval}"
+        cost = f"${s.cost_usd:.2f}"
+        self._usage.update(
+            Text(
+                f"{s.model or 'no model'} · in {fmt_tokens(s.input_tokens)} · out {fmt_tokens(s.output_tokens)}"
+                f" · cache {fmt_tokens(s.cache_read_tokens)} · {cost} · {s.status}",
+                style="dim",
+            )
+        )
+
+    def _draw_plot(self) -> None:
+        plt = self._plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        points = [p for p in self.state.points if p.geomean is not None]
+        if points:
+            plt.plot([p.eval_no for p in points], [p.geomean for p in points], marker="braille", color="blue")
+            accepted = [p for p in points if p.accepted]
+            if accepted:
+                plt.scatter([p.eval_no for p in accepted], [p.geomean for p in accepted], marker="●", color="green")
+            plt.hline(1.0, "gray")
+        plt.title("geomean per evaluation (● accepted)")
+        self._plot.refresh()

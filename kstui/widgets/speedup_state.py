@@ -1,0 +1,99 @@
+"""The speedup panel as plain data, folded from session events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kstui import events as ev
+from kstui.widgets.format import baseline_name
+
+
+@dataclass
+class EvalPoint:
+    eval_no: int
+    geomean: float | None  # None when any scenario failed: the mean does not exist then
+    correct: int
+    total: int
+    accepted: bool = False
+
+
+@dataclass
+class SpeedupState:
+    best: float | None = None
+    best_commit: str | None = None
+    baseline: str | None = None
+    points: list[EvalPoint] = field(default_factory=list)
+    result: dict[str, Any] | None = None  # the latest EvalResult with scenarios
+    result_eval: int | None = None
+    stalled: str | None = None
+    limit_claim: str | None = None
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    where: str = "local"
+    status: str = "idle"
+    evaluating: int | None = None
+    last_error: str | None = None
+
+    @property
+    def latest(self) -> EvalPoint | None:
+        return self.points[-1] if self.points else None
+
+    @property
+    def trigger(self) -> str | None:
+        """The bank trigger the run is in now: a claimed limit is the more specific one."""
+        if self.limit_claim:
+            return "claimed_limit"
+        return "stall" if self.stalled else None
+
+    def apply(self, event: ev.Event) -> bool:
+        """Fold one event in; True when the panel must redraw."""
+        if isinstance(event, ev.EvaluationStarted):
+            self.evaluating, self.where = event.eval_no, event.where
+        elif isinstance(event, ev.EvaluationFinished):
+            self.evaluating = None
+            self.where = event.where
+            if event.result is None:
+                self.last_error = event.error
+                self.points.append(EvalPoint(event.eval_no, None, 0, 0))
+                return True
+            self.last_error = None
+            scenarios = event.result.get("scenarios", [])
+            correct = sum(1 for s in scenarios if s.get("correct"))
+            self.points.append(EvalPoint(event.eval_no, event.result.get("geomean_speedup"), correct, len(scenarios)))
+            if scenarios:
+                self.result, self.result_eval = event.result, event.eval_no
+                self.baseline = baseline_name(event.result) or self.baseline
+        elif isinstance(event, ev.Accepted):
+            self.best, self.best_commit = event.geomean, event.commit
+            self.stalled = self.limit_claim = None
+            for point in self.points:
+                if point.eval_no == event.eval_no:
+                    point.accepted = True
+        elif isinstance(event, ev.Stalled):
+            self.stalled = event.reason
+        elif isinstance(event, ev.LimitClaimed):
+            self.limit_claim = event.sentence
+        elif isinstance(event, ev.QuestionAsked):
+            # A question is the answer to a stall: stop asking for one.
+            self.stalled = self.limit_claim = None
+        elif isinstance(event, ev.Usage):
+            self.model = event.model
+            self.input_tokens, self.output_tokens = event.input_tokens, event.output_tokens
+            self.cache_read_tokens, self.cost_usd = event.cache_read_tokens, event.cost_usd
+        elif isinstance(event, ev.StatusChanged):
+            self.status = event.status
+        elif isinstance(event, ev.SessionStarted):
+            self.model = event.model or self.model
+        elif isinstance(event, ev.SessionEnded):
+            self.status = "stopped"
+            if event.best_geomean is not None:
+                self.best, self.best_commit = event.best_geomean, event.best_commit
+        elif isinstance(event, ev.Rewound):
+            self.best_commit = event.new_commit
+        else:
+            return False
+        return True

@@ -1,0 +1,239 @@
+"""The transcript pane: a window of mounted block views over TranscriptState.
+
+Only the last `window` blocks are widgets; older ones live on as plain data and come back a page at a
+time on request, so a run of 11,500 tool calls scrolls like a run of ten.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import RenderableType
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Button, Collapsible, Markdown, Static
+from textual.widgets._markdown import MarkdownStream
+
+from kstui import events as ev
+from kstui.widgets.format import fmt_num, fmt_x
+from kstui.widgets.transcript_state import Block, Change, TranscriptState
+
+SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its head
+
+
+def clip(text: str) -> str:
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}\n… {len(text) - SHOWN_CHARS:,} more characters"
+
+
+def scenario_table(result: dict[str, Any]) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for name, justify in (("scenario", "left"), ("verdict", "left"), ("µs", "right"), ("base µs", "right"),
+                          ("speedup", "right"), ("TFLOP/s", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in result.get("scenarios", []):
+        verdict = Text(s.get("verdict", "?"), style="green" if s.get("correct") else "bold red")
+        table.add_row(
+            s.get("id", "?"), verdict, fmt_num(s.get("time_us")), fmt_num(s.get("baseline_us")),
+            fmt_x(s.get("speedup")), fmt_num(s.get("tflops")),
+        )
+    return table
+
+
+class BlockView:
+    """What every block view does: show its block again after the block changed."""
+
+    def show(self, block: Block) -> None:
+        raise NotImplementedError
+
+    async def stream(self, text: str) -> None:
+        """A delta arrived for this block (only text and thinking blocks stream)."""
+
+    async def close(self) -> None:
+        """The block will not grow any more."""
+
+
+class TextView(Markdown, BlockView):
+    """Assistant text, streamed through Textual's MarkdownStream (appends, never re-parses the whole)."""
+
+    def __init__(self, block: Block) -> None:
+        super().__init__(block.body, classes="block text")
+        self._stream: MarkdownStream | None = None
+
+    def show(self, block: Block) -> None:
+        self.update(block.body)
+
+    async def stream(self, text: str) -> None:
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self)
+        await self._stream.write(text)
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+
+
+class FoldView(Collapsible, BlockView):
+    """Thinking, tool calls, evaluations, edits and long messages: one line that opens."""
+
+    def __init__(self, block: Block) -> None:
+        self._body = Static(classes="fold-body")
+        self._detail = Static(classes="fold-detail")
+        super().__init__(self._body, self._detail, title=block.title, collapsed=True, classes=f"block {block.kind}")
+        self._block = block
+
+    def on_mount(self) -> None:
+        self.show(self._block)
+
+    def show(self, block: Block) -> None:
+        self._block = block
+        self.title = block.title
+        for status in ("running", "ok", "error", "done", "accepted", "rejected"):
+            self.set_class(block.status == status, f"-{status}")
+        body: RenderableType = Text(clip(block.body))
+        detail: RenderableType = Text(clip(block.detail))
+        if block.kind == "eval" and block.result is not None:
+            body = scenario_table(block.result)
+            detail = Syntax(clip(block.detail), "diff", theme="monokai") if block.detail else Text("")
+        elif block.kind == "edit":
+            body, detail = Syntax(clip(block.detail), "diff", theme="monokai"), Text("")
+        self._body.update(body)
+        self._detail.update(detail)
+        self._detail.display = bool(block.detail)
+
+    async def stream(self, text: str) -> None:
+        self.title = f"{self._block.title} · {len(self._block.body):,} chars"
+        if not self.collapsed:
+            self._body.update(Text(clip(self._block.body)))
+
+    def _watch_collapsed(self, collapsed: bool) -> None:
+        super()._watch_collapsed(collapsed)
+        if not collapsed and self._block.kind == "thinking":
+            self._body.update(Text(clip(self._block.body)))
+
+
+class LineView(Static, BlockView):
+    """Questions, notices and errors: always visible, styled by kind, source and level."""
+
+    def __init__(self, block: Block) -> None:
+        super().__init__(classes=f"block {block.kind}")
+        self.show(block)
+
+    def show(self, block: Block) -> None:
+        if block.source:
+            self.add_class(f"-{block.source}")
+        if block.status:
+            self.add_class(f"-{block.status}")
+        if block.kind == "question":
+            self.update(Text.assemble((block.title, "bold"), "\n", block.body))
+        else:
+            self.update(Text(block.title))
+
+
+def make_view(block: Block) -> Widget:
+    if block.kind == "text":
+        return TextView(block)
+    if block.kind in ("question", "notice", "error") or (block.kind == "user" and block.body.count("\n") < 3):
+        if block.kind == "user":
+            return LineView(Block("notice", f"→ {block.body}", status="user"))
+        return LineView(block)
+    return FoldView(block)
+
+
+class Transcript(VerticalScroll, can_focus=True):
+    """The transcript; `window` blocks stay mounted, earlier ones come back PAGE at a time."""
+
+    PAGE = 100
+
+    def __init__(self, *, window: int = 150, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = TranscriptState()
+        self.window = window
+        self._views: dict[int, Widget] = {}
+        self._first = 0  # index of the first mounted block
+        self._extra = 0  # earlier pages the reader asked for stay mounted
+        self._earlier = Button("", id="earlier", variant="default", compact=True)
+
+    def compose(self):
+        yield self._earlier
+
+    def on_mount(self) -> None:
+        self._earlier.display = False
+        self.anchor()
+
+    @property
+    def mounted_count(self) -> int:
+        return len(self._views)
+
+    async def apply_event(self, event: ev.Event) -> None:
+        for change in self.state.apply(event):
+            await self._realise(change)
+
+    async def load(self, events: list[ev.Event]) -> None:
+        """Fold many events (a resumed or replayed run) and mount only the last window."""
+        for event in events:
+            self.state.apply(event)
+        await self.rebuild()
+
+    async def rebuild(self) -> None:
+        await self.remove_children(list(self._views.values()))
+        self._views.clear()
+        self._first = max(0, len(self.state.blocks) - self.window)
+        views = [self._view(i) for i in range(self._first, len(self.state.blocks))]
+        if views:
+            await self.mount_all(views)
+        self._update_earlier()
+        self.scroll_end(animate=False, immediate=True)
+
+    def _view(self, index: int) -> Widget:
+        view = make_view(self.state.blocks[index])
+        self._views[index] = view
+        return view
+
+    async def _realise(self, change: Change) -> None:
+        if change.op == "append":
+            await self.mount(self._view(change.index))
+            self._prune()
+            return
+        view = self._views.get(change.index)
+        if not isinstance(view, BlockView):
+            return
+        if change.op == "update":
+            view.show(self.state.blocks[change.index])
+        elif change.op == "stream":
+            await view.stream(change.text)
+        elif change.op == "close":
+            await view.close()
+
+    def _prune(self) -> None:
+        at_end = self.scroll_y >= self.max_scroll_y - 1
+        while at_end and len(self._views) > self.window + self._extra:
+            view = self._views.pop(self._first, None)
+            self._first += 1
+            if view is not None:
+                view.remove()
+        self._update_earlier()
+
+    def _update_earlier(self) -> None:
+        self._earlier.display = self._first > 0
+        if self._first:
+            self._earlier.label = f"▲ {self._first:,} earlier entries — show {min(self.PAGE, self._first)} more"
+
+    async def show_earlier(self) -> None:
+        start = max(0, self._first - self.PAGE)
+        views = [self._view(i) for i in range(start, self._first)]
+        self._extra += len(views)
+        self._first = start
+        if views:
+            await self.mount_all(views, after=self._earlier)
+        self._update_earlier()
+
+    async def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button is self._earlier:
+            event.stop()
+            await self.show_earlier()
