@@ -28,10 +28,10 @@ class ConfigError(ValueError):
 class SessionConfig:
     kernel: Path
     workspace: Path
-    # Agent. model None = the agent module's default (the strongest model the SDK knows).
+    # Agent. None = the agent module's default (for the model: the strongest one the SDK knows).
     model: str | None = None
-    max_tokens: int = 32_000
-    thinking_budget: int = 0
+    max_tokens: int | None = None  # None: the agent module's default
+    thinking_budget: int | None = None  # None: the agent module's default; 0 = off
     api_key: str | None = field(default=None, repr=False)
     base_url: str | None = None
     no_agent: bool = False

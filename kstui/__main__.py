@@ -1,0 +1,5 @@
+"""`python -m kstui` is the `kstui` console script."""
+
+from kstui.cli import main
+
+raise SystemExit(main())

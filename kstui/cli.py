@@ -1,0 +1,245 @@
+"""`kstui`: the console script.
+
+    kstui FILE [options]            the TUI on a kernel (--headless: the line printer instead)
+    kstui run FILE [options]        the same
+    kstui eval …                    the harness CLI, argv passed through unchanged
+    kstui log FILE [--print]        the accepted versions of a kernel
+    kstui replay TRACE [--analysis] [--print]
+
+Everything heavy (torch, Textual, the anthropic SDK, git) is imported only once it is needed, so
+`kstui --help` and bad-input errors are instant. Bad input is one line on stderr and exit code 2,
+checked before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+SUBCOMMANDS = ("run", "eval", "log", "replay")
+
+
+class BadInput(Exception):
+    """One line for stderr; exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _run_parser(prog: str) -> _Parser:
+    p = _Parser(
+        prog=prog,
+        description="Make a CUDA kernel faster with a coding agent, judged by the harness.",
+        epilog="other commands: kstui eval FILE … (the harness), kstui log FILE, kstui replay TRACE",
+    )
+    p.add_argument("file", metavar="FILE", help="the kernel (.cu) to optimise; its task file FILE.toml sits beside it")
+    p.add_argument("--headless", action="store_true", help="print events line by line instead of the TUI")
+    p.add_argument("--max-evals", type=_nonneg_int, metavar="N", help="stop after N evaluations")
+    p.add_argument("--max-cost", type=_nonneg_float, metavar="USD", help="stop once the model cost reaches USD")
+    p.add_argument("--self-ask", action="store_true", default=None,
+                   help="on a stall or a claimed limit, put a bank question to the agent")
+    p.add_argument("--no-agent", action="store_true", default=None,
+                   help="manual mode: no agent; every save of the kernel is evaluated")
+    p.add_argument("--resume", action="store_true", default=None, help="continue the last session of FILE")
+    p.add_argument("--model", metavar="M", help="Claude model (default: KSTUI_MODEL, kstui.toml, the newest)")
+    p.add_argument("--max-tokens", type=_nonneg_int, metavar="N", help="max output tokens per model call")
+    p.add_argument("--thinking", type=_nonneg_int, metavar="N", help="extended thinking budget in tokens (0 = off)")
+    p.add_argument("--branch", metavar="NAME", help="git branch for accepted versions (default kstui/<stem>)")
+    p.add_argument("--questions", metavar="PATH", help="a questions.toml overriding the bank")
+    p.add_argument("--eval-cmd", metavar="TEMPLATE", help="evaluate through a command, e.g. 'ssh gpu1 kstui eval {file} --json -'")
+    p.add_argument("--gpu", metavar="URL", help="where to evaluate: local, ssh://host, ray[://addr]")
+    p.add_argument("--devices", metavar="LIST", help="GPU indices to use, e.g. 0,1")
+    p.add_argument("--scenarios", metavar="SET", help="scenario set for evaluations: full, quick or IDs")
+    p.add_argument("--confirm-shell", action="store_true", default=None, help="ask before each bash command")
+    return p
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+def check_kernel(path_text: str) -> Path:
+    """The kernel path, or BadInput saying what is wrong with it."""
+    path = Path(path_text).expanduser()
+    if not path.exists():
+        raise BadInput(f"{path}: no such file")
+    if path.is_dir():
+        raise BadInput(f"{path}: is a folder; give the kernel's .cu file")
+    if path.suffix != ".cu":
+        raise BadInput(f"{path}: not a CUDA source (.cu) file")
+    try:
+        path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
+    task = path.with_suffix(".toml")
+    if not task.is_file():
+        raise BadInput(f"{path}: no task file {task.name} beside it (it names the task, e.g. task = \"attention\")")
+    return path.resolve()
+
+
+def _check_workspace(workspace: Path) -> None:
+    state = workspace / ".kstui"
+    try:
+        state.mkdir(exist_ok=True)
+        probe = state / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"{workspace}: workspace is not writable ({exc.strerror}); kstui keeps its sessions there") from None
+
+
+def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
+    """Validate everything and build the Session (raises BadInput); nothing has started yet."""
+    from kstui.config import ConfigError, build_config
+
+    kernel = check_kernel(args.file)
+    flags = {
+        "model": args.model, "max_tokens": args.max_tokens, "thinking": args.thinking,
+        "max_evals": args.max_evals, "max_cost": args.max_cost, "self_ask": args.self_ask,
+        "no_agent": args.no_agent, "resume": args.resume, "branch": args.branch,
+        "questions": str(Path(args.questions).expanduser().resolve()) if args.questions else None,
+        "eval_cmd": args.eval_cmd, "gpu": args.gpu, "devices": args.devices, "scenarios": args.scenarios,
+        "confirm_shell": args.confirm_shell, "wait_for_human": not headless,
+    }
+    try:
+        config = build_config(kernel, flags)
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+    if config.questions is not None and not config.questions.is_file():
+        raise BadInput(f"{config.questions}: no such questions file")
+    _check_workspace(config.workspace)
+
+    from kstui.executors import ExecutorError, make_executor
+    from kstui.history import History, HistoryError
+    from kstui.questions import QuestionBank, QuestionBankError
+    from kstui.session import Session, default_question_paths
+    from kstui.trace import latest_session
+
+    try:
+        bank = QuestionBank.load(*default_question_paths(config))
+    except QuestionBankError as exc:
+        raise BadInput(str(exc)) from None
+    if config.resume and latest_session(config.workspace, config.kernel) is None:
+        raise BadInput(f"{kernel}: no earlier session of this kernel to resume")
+    try:
+        executor = make_executor(config.gpu, config.eval_cmd, config.devices)
+    except ExecutorError as exc:
+        raise BadInput(str(exc)) from None
+    try:
+        history = History(config.kernel, config.branch)
+    except HistoryError as exc:
+        raise BadInput(str(exc)) from None
+    return Session.build(config, executor, history=history, bank=bank)
+
+
+def _cmd_run(argv: Sequence[str], prog: str) -> int:
+    args = _run_parser(prog).parse_args(argv)
+    session = prepare_session(args, headless=args.headless)
+    if args.headless:
+        from kstui.headless import run_headless
+
+        return asyncio.run(run_headless(session))
+    from kstui.app import run_session_app
+
+    return run_session_app(session)
+
+
+def _cmd_log(argv: Sequence[str]) -> int:
+    p = _Parser(prog="kstui log", description="The accepted versions of a kernel (its kstui git branch).")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--branch", metavar="NAME")
+    p.add_argument("--print", action="store_true", help="print the history instead of opening the TUI")
+    args = p.parse_args(argv)
+    kernel = Path(args.file).expanduser()
+    if not kernel.is_file():
+        raise BadInput(f"{kernel}: no such file")
+    if args.print:
+        from kstui.history import History, HistoryError
+
+        try:
+            entries = History(kernel.resolve(), args.branch).entries()
+        except HistoryError as exc:
+            raise BadInput(str(exc)) from None
+        for e in entries:
+            q = f"  [{e.question_source}] {e.question}" if e.question else ""
+            sys.stdout.write(f"{e.short}  {e.message}{q}\n")
+        return 0
+    from kstui.app import run_log_app
+
+    return run_log_app(kernel.resolve(), args.branch)
+
+
+def _cmd_replay(argv: Sequence[str]) -> int:
+    p = _Parser(prog="kstui replay", description="Print or play a session's trace.")
+    p.add_argument("trace", metavar="TRACE", help="a trace.jsonl (or its session folder)")
+    p.add_argument("--analysis", action="store_true", help="for each accepted gain, the question that preceded it")
+    p.add_argument("--print", action="store_true", help="print the events instead of playing them in the TUI")
+    args = p.parse_args(argv)
+    trace = Path(args.trace).expanduser()
+    if trace.is_dir():
+        trace = trace / "trace.jsonl"
+    if not trace.is_file():
+        raise BadInput(f"{trace}: no such trace")
+    from kstui.trace import TraceError, read_trace
+
+    try:
+        if args.analysis:
+            from kstui.analysis import analyse, format_table
+
+            sys.stdout.write(format_table(analyse(list(read_trace(trace)))) + "\n")
+            return 0
+        if args.print:
+            from kstui.headless import HeadlessPrinter
+
+            HeadlessPrinter(sys.stdout).print_events(read_trace(trace))
+            return 0
+    except TraceError as exc:
+        raise BadInput(str(exc)) from None
+    from kstui.app import run_replay_app
+
+    return run_replay_app(trace)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "eval":
+            from harness.cli import main as harness_main
+
+            return harness_main(argv[1:])
+        if argv and argv[0] == "log":
+            return _cmd_log(argv[1:])
+        if argv and argv[0] == "replay":
+            return _cmd_replay(argv[1:])
+        if argv and argv[0] == "run":
+            return _cmd_run(argv[1:], "kstui run")
+        return _cmd_run(argv, "kstui")
+    except BadInput as exc:
+        sys.stderr.write(f"kstui: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
