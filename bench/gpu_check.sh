@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
+# Runs on the device machine from the repository root with torch alone (no install needed):
+#   bash bench/gpu_check.sh [env] [tests] [bench] [suite]     (default: all)
+# Full logs and JSON go to $OUT (or ./gpu-out).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export KSTUI_CACHE_DIR=${KSTUI_CACHE_DIR:-/tmp/kstui-cache}
+PY=${PY:-python3}
+stages=${*:-env tests bench}
+table=()
+
+note() { table+=("$(printf '%-44s %s' "$1" "$2")"); }
+
+for stage in $stages; do
+  case $stage in
+    env)
+      { nvidia-smi; $PY -c 'import torch,sys; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())'; nvcc --version | tail -1; } > "$OUT/env.txt" 2>&1
+      note "device" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+      ;;
+    tests)
+      $PY -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py -rA --timeout 900 > "$OUT/gpu-tests.txt" 2>&1
+      note "GPU tests (tests/test_gpu_harness.py)" "$(tail -1 "$OUT/gpu-tests.txt")"
+      ;;
+    bench)
+      $PY bench/bench_harness.py --out "$OUT" > "$OUT/bench.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/bench.txt" | sed 's/^BENCH //')
+      ;;
+    quick|full)
+      for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do
+        n=$(basename "$k" .cu)
+        t0=$(date +%s.%N)
+        $PY -m harness eval "$k" --scenarios "$stage" --json "$OUT/$n-$stage.json" > "$OUT/$n-$stage.txt" 2>&1
+        rc=$?
+        note "$n $stage (rc $rc, $(echo "$(date +%s.%N) - $t0" | bc) s)" "$(tail -1 "$OUT/$n-$stage.txt" | cut -c1-150)"
+      done
+      ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+done
+printf '%s\n' "${table[@]}"

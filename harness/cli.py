@@ -1,0 +1,93 @@
+"""`python -m harness eval …` (also `kstui eval …`): evaluate a kernel, print the table and/or JSON.
+
+Exit codes: 0 every scenario correct and every check passed (or, with --check-only, build and checks
+passed); 1 rejected; 2 bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.result import SCHEMA_VERSION
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kstui eval", description="Judge a kernel: build, checks, correctness, timing.")
+    p.add_argument("file", type=Path, help="the kernel (.cu) with its task file (.toml) beside it")
+    p.add_argument("--scenarios", default="full", help="quick, full (default) or comma-separated ids")
+    p.add_argument("--scenario", action="append", default=[], metavar="SPEC",
+                   help="an ad-hoc timed scenario, e.g. 'dtype=fp16,d=96,b=1,hq=6,hkv=2,sq=77,sk=4099,causal=1'")
+    p.add_argument("--json", metavar="PATH|-", help="write the EvalResult JSON to PATH, or alone on stdout with -")
+    p.add_argument("--baseline", metavar="NAME", help="compare against this baseline only (e.g. cudnn)")
+    p.add_argument("--retime-baselines", action="store_true", help="ignore cached baseline timings")
+    p.add_argument("--check-only", action="store_true", help="build and static checks only (no GPU)")
+    p.add_argument("--devices", metavar="LIST", help="GPUs to spread scenarios over, e.g. 0,1")
+    p.add_argument("--shard", metavar="K/N", help="evaluate only the K-th of N balanced parts")
+    p.add_argument("--seed", type=int, help="input seed (default: secret and fresh per evaluation)")
+    p.add_argument("--scenario-timeout", type=float, metavar="S", help="per-scenario budget in seconds")
+    p.add_argument("--total-timeout", type=float, metavar="S", help="whole-evaluation budget in seconds")
+    p.add_argument("--list-scenarios", action="store_true", help="print the scenario ids and exit")
+    p.add_argument("--version", action="version", version=f"kstui-harness schema {SCHEMA_VERSION}")
+    return p
+
+
+def _parse_devices(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        devices = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--devices {text!r}: expected GPU indices like 0,1") from None
+    if not devices or len(set(devices)) != len(devices) or min(devices) < 0:
+        raise ValueError(f"--devices {text!r}: expected distinct GPU indices like 0,1")
+    return devices
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or int(n) < 1:
+        raise ValueError(f"--shard {text!r}: expected K/N such as 1/2")
+    return int(k), int(n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from harness.report import render
+    from harness.runner import BadInput, EvalOptions, evaluate, resolve
+
+    try:
+        opts = EvalOptions(selection=args.scenarios, specs=tuple(args.scenario), baseline=args.baseline,
+                           retime=args.retime_baselines, check_only=args.check_only,
+                           devices=_parse_devices(args.devices), shard=_parse_shard(args.shard), seed=args.seed,
+                           scenario_timeout_s=args.scenario_timeout, total_timeout_s=args.total_timeout)
+        if args.list_scenarios:
+            _, _, scenarios = resolve(args.file, opts)
+            for s in scenarios:
+                print(f"{s.id}\t{'timed' if s.timed else 'check'}\t{s.group}")
+            return 0
+        result = evaluate(args.file, opts)
+    except (BadInput, ValueError) as exc:
+        print(f"kstui eval: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kstui eval: interrupted", file=sys.stderr)
+        return 2
+    text = render(result)
+    if args.json == "-":
+        print(text, file=sys.stderr)
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        print(text)
+        if args.json:
+            try:
+                Path(args.json).write_text(result.to_json(indent=1) + "\n")
+            except OSError as exc:
+                print(f"kstui eval: cannot write {args.json}: {exc.strerror}", file=sys.stderr)
+                return 2
+    if args.check_only:
+        return 0 if result.build.ok and result.checks_ok else 1
+    return 0 if result.passed else 1

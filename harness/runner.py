@@ -1,0 +1,305 @@
+"""The parent side of an evaluation: build, checks, one fresh worker per GPU, budgets, hard kill.
+
+Never imports torch: a worker that segfaults, aborts, hangs or poisons its CUDA context takes only
+itself down. Each worker runs in its own process group so a kill reaches anything it started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.merge import split_balanced
+from harness.result import BuildReport, Check, EvalResult, ScenarioResult
+from harness.taskfile import TaskFileError, load_task_file
+from harness.tasks import get_task
+from harness.tasks.base import Scenario, ScenarioError, Task
+
+STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
+LOG_TAIL = 2000
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class BadInput(Exception):
+    """Input a person can fix (missing file, bad task file, unknown scenario): one line, exit 2."""
+
+
+@dataclass
+class EvalOptions:
+    selection: str = "full"
+    specs: tuple[str, ...] = ()
+    baseline: str | None = None
+    retime: bool = False
+    check_only: bool = False
+    devices: list[int] | None = None
+    shard: tuple[int, int] | None = None  # (k, n), 1-based k
+    seed: int | None = None
+    scenario_timeout_s: float | None = None
+    total_timeout_s: float | None = None
+    cache_dir: Path | None = None
+    python: str = field(default_factory=lambda: sys.executable)
+
+
+def resolve(kernel: Path, opts: EvalOptions) -> tuple[Task, Any, list[Scenario]]:
+    """Task, task file and scenario list for a kernel, or BadInput."""
+    if not kernel.exists():
+        raise BadInput(f"{kernel}: no such file")
+    if not kernel.is_file():
+        raise BadInput(f"{kernel}: not a file")
+    if kernel.suffix != ".cu":
+        raise BadInput(f"{kernel}: not a CUDA source file (expected a .cu file)")
+    try:
+        tf = load_task_file(kernel)
+        task = get_task(tf.task, tf.options)
+    except TaskFileError as exc:
+        raise BadInput(str(exc)) from None
+    except KeyError as exc:
+        raise BadInput(f"{kernel.with_suffix('.toml')}: {exc.args[0]}") from None
+    try:
+        scenarios = task.scenarios(opts.selection, opts.specs)
+    except ScenarioError as exc:
+        raise BadInput(str(exc)) from None
+    if opts.shard:
+        k, n = opts.shard
+        if not 1 <= k <= n:
+            raise BadInput(f"--shard {k}/{n}: K must be between 1 and N")
+        scenarios = split_balanced(scenarios, n, task.exact_flops)[k - 1]
+    return task, tf, scenarios
+
+
+def evaluate(kernel: Path, opts: EvalOptions) -> EvalResult:
+    from harness.build import BuildInputError, BuildOptions, build
+    from harness.checks import binary_checks, source_checks
+
+    started = time.monotonic()
+    kernel = kernel.resolve() if kernel.exists() else kernel
+    task, tf, scenarios = resolve(kernel, opts)
+    try:
+        source = kernel.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{kernel}: {exc.strerror}") from None
+    cache_dir = opts.cache_dir
+    result = EvalResult(task=task.name, kernel=kernel.name, kernel_sha256=hashlib.sha256(source).hexdigest(),
+                        scenario_set=_describe_selection(opts), build=BuildReport(ok=False))
+    result.checks = source_checks(kernel)
+    try:
+        report, library = build(kernel, [task.entry_symbol], BuildOptions(
+            fast_math=tf.fast_math, extra_flags=tf.build_flags, timeout_s=tf.build_timeout_s,
+            cache_dir=cache_dir / "build" if cache_dir else None))
+    except BuildInputError as exc:
+        raise BadInput(str(exc)) from None
+    result.build = report
+    if library is not None:
+        result.checks += binary_checks(library, [task.entry_symbol])
+    if opts.check_only or library is None or not result.checks_ok:
+        if not opts.check_only and library is not None:
+            result.error = "rejected by static checks before running: " + "; ".join(c.name for c in result.checks if not c.ok)
+        result.finalize()
+        result.seconds = time.monotonic() - started
+        return result
+
+    devices = opts.devices or [None]
+    parts = split_balanced(scenarios, len(devices), task.exact_flops) if len(devices) > 1 else [scenarios]
+    seed = opts.seed if opts.seed is not None else secrets.randbits(62)
+    job_base = {
+        "task": task.name, "options": tf.options, "library": str(library), "seed": seed,
+        "baseline": opts.baseline, "retime": opts.retime, "time_budget_s": tf.time_budget_ms / 1000.0,
+        "cache_path": str((cache_dir or _default_cache()) / "baselines.json"),
+    }
+    budgets = (opts.scenario_timeout_s or tf.scenario_timeout_s, opts.total_timeout_s or tf.total_timeout_s)
+    outcomes: list[WorkerOutcome | None] = [None] * len(parts)
+
+    def work(i: int) -> None:
+        outcomes[i] = run_worker({**job_base, "device_index": devices[i]}, parts[i], opts.python, *budgets)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    by_id: dict[str, ScenarioResult] = {}
+    errors = []
+    for out in outcomes:
+        assert out is not None
+        by_id.update({s.id: s for s in out.results})
+        if out.error:
+            errors.append(out.error)
+    result.scenarios = [by_id[s.id] for s in scenarios]
+    infos = [o.device for o in outcomes if o and o.device]
+    result.device = dict(infos[0]) if infos else {}
+    if len(infos) > 1:
+        result.device["gpus"] = [{"index": d.get("index"), "name": d.get("name")} for d in infos]
+    result.checks += _timing_checks(result.scenarios)
+    result.error = "; ".join(errors) if errors else None
+    result.finalize()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _describe_selection(opts: EvalOptions) -> str:
+    text = opts.selection + "".join(f" +{s}" for s in opts.specs)
+    return text + (f" shard {opts.shard[0]}/{opts.shard[1]}" if opts.shard else "")
+
+
+def _default_cache() -> Path:
+    from harness.baselines import default_cache_dir
+
+    return default_cache_dir()
+
+
+def _timing_checks(scenarios: list[ScenarioResult]) -> list[Check]:
+    """The timing cross-checks as named checks, so a cheat is a failed check, never a speedup."""
+    out = []
+    for name, verdict in (("physical-floor", "too-fast"), ("wall-clock", "hidden-work")):
+        bad = [s for s in scenarios if s.verdict == verdict]
+        out.append(Check(name, not bad, "; ".join(f"{s.id}: {s.detail}" for s in bad[:3])))
+    return out
+
+
+@dataclass
+class WorkerOutcome:
+    results: list[ScenarioResult]
+    device: dict[str, Any] | None
+    error: str | None
+
+
+def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scenario_timeout_s: float,
+               total_timeout_s: float) -> WorkerOutcome:
+    """Run one worker over scenarios; every scenario gets a result, whatever the worker does."""
+    read_fd, write_fd = os.pipe()
+    job = {**job, "fd": write_fd, "scenarios": [
+        {"id": s.id, "timed": s.timed, "params": s.params, "group": s.group} for s in scenarios]}
+    log = tempfile.TemporaryFile()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([python, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=log, stderr=log,
+                            pass_fds=(write_fd,), start_new_session=True, env=env, cwd=tempfile.gettempdir())
+    os.close(write_fd)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(job).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    results: dict[str, ScenarioResult] = {}
+    device: dict[str, Any] | None = None
+    current: str | None = None
+    failure: tuple[str, str] | None = None  # (verdict, detail) for the scenario in flight
+    error: str | None = None
+    stopped_at: str | None = None
+    started = time.monotonic()
+    deadline = started + STARTUP_TIMEOUT_S
+    total_deadline = started + total_timeout_s
+    sel = selectors.DefaultSelector()
+    sel.register(read_fd, selectors.EVENT_READ)
+    buf = b""
+    try:
+        while True:
+            now = time.monotonic()
+            limit = min(deadline, total_deadline)
+            if now >= limit:
+                _kill(proc)
+                if current is None and device is None:
+                    error = f"the worker did not start within {STARTUP_TIMEOUT_S:.0f} s"
+                elif now >= total_deadline:
+                    failure = ("timeout", f"the evaluation ran past its total budget of {total_timeout_s:.0f} s")
+                else:
+                    failure = ("timeout", f"ran past the per-scenario budget of {scenario_timeout_s:.0f} s (a hang?)")
+                break
+            if not sel.select(timeout=min(1.0, limit - now)):
+                continue
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                rc = proc.wait()
+                if current is not None:
+                    failure = ("crash", _describe_exit(rc, log))
+                elif device is None:
+                    error = f"the worker failed before running anything: {_describe_exit(rc, log)}"
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            done = False
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                    kind = msg["kind"]
+                except (ValueError, KeyError, TypeError):
+                    failure = ("crash", "the worker's result stream was corrupted")
+                    _kill(proc)
+                    done = True
+                    break
+                if kind == "device":
+                    device = msg["device"]
+                elif kind == "start":
+                    current = msg["id"]
+                    deadline = time.monotonic() + scenario_timeout_s
+                elif kind == "result":
+                    res = ScenarioResult(**msg["scenario"])
+                    results[res.id] = res
+                    if res.verdict == "crash":
+                        stopped_at = res.id
+                    current = None
+                    deadline = time.monotonic() + scenario_timeout_s
+                elif kind == "done":
+                    done = True
+            if done:
+                break
+    finally:
+        sel.close()
+        os.close(read_fd)
+        if proc.poll() is None:
+            _kill(proc)
+        log.close()
+    if current is not None and failure is not None:
+        results[current] = ScenarioResult(id=current, timed=_timed(scenarios, current), correct=False,
+                                          verdict=failure[0], detail=failure[1], gpu=job.get("device_index"))
+    stopped_at = current or stopped_at or (error and "startup")
+    out = []
+    for s in scenarios:
+        if s.id in results:
+            out.append(results[s.id])
+        else:
+            why = f"not run: the evaluation stopped at {stopped_at}" if stopped_at else "not run"
+            out.append(ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="skipped", detail=why,
+                                      gpu=job.get("device_index")))
+    return WorkerOutcome(out, device, error)
+
+
+def _timed(scenarios: list[Scenario], sid: str) -> bool:
+    return next(s.timed for s in scenarios if s.id == sid)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _describe_exit(rc: int, log: Any) -> str:
+    log.seek(0, os.SEEK_END)
+    size = log.tell()
+    log.seek(max(0, size - LOG_TAIL))
+    lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+    tail = lines[-1].strip() if lines else ""
+    if rc < 0:
+        try:
+            how = f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            how = f"killed by signal {-rc}"
+    else:
+        how = f"exited with code {rc}"
+    return f"the worker {how}" + (f": {tail[:300]}" if tail else "")

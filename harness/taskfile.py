@@ -1,0 +1,78 @@
+"""The task file beside a kernel (`flash_fwd.cu` -> `flash_fwd.toml`): which task, and its options."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class TaskFileError(ValueError):
+    """A missing or malformed task file: one line naming the file and what is wrong."""
+
+
+@dataclass
+class TaskFile:
+    path: Path
+    task: str
+    options: dict[str, Any] = field(default_factory=dict)
+    fast_math: bool = False
+    build_flags: list[str] = field(default_factory=list)
+    build_timeout_s: float = 300.0
+    scenario_timeout_s: float = 60.0
+    total_timeout_s: float = 1800.0
+    time_budget_ms: float = 25.0
+
+
+def task_file_for(kernel: Path) -> Path:
+    return kernel.with_suffix(".toml")
+
+
+def _get(table: dict, key: str, typ: type | tuple[type, ...], default: Any, where: str) -> Any:
+    value = table.get(key, default)
+    numeric = typ in (int, float, (int, float))
+    if not isinstance(value, typ) or (numeric and isinstance(value, bool)):
+        raise TaskFileError(f"{where}: {key!r} should be {getattr(typ, '__name__', 'a number')}")
+    return value
+
+
+def load_task_file(kernel: Path) -> TaskFile:
+    path = task_file_for(kernel)
+    if not path.is_file():
+        raise TaskFileError(f"{path}: no task file beside the kernel (it names the task, e.g. task = \"attention\")")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskFileError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise TaskFileError(f"{path}: {exc.strerror}") from None
+    where = str(path)
+    task = data.get("task")
+    if not isinstance(task, str):
+        raise TaskFileError(f"{where}: missing 'task' (e.g. task = \"attention\")")
+    build = data.get("build", {})
+    ev = data.get("eval", {})
+    options = data.get("options", {})
+    for name, table in (("build", build), ("eval", ev), ("options", options)):
+        if not isinstance(table, dict):
+            raise TaskFileError(f"{where}: [{name}] should be a table")
+    flags = _get(build, "flags", list, [], f"{where} [build]")
+    if not all(isinstance(f, str) for f in flags):
+        raise TaskFileError(f"{where} [build]: 'flags' should be a list of strings")
+    return TaskFile(
+        path=path,
+        task=task,
+        options=options,
+        fast_math=_get(build, "fast_math", bool, False, f"{where} [build]"),
+        build_flags=flags,
+        build_timeout_s=float(_get(build, "timeout_s", (int, float), 300, f"{where} [build]")),
+        scenario_timeout_s=float(_get(ev, "scenario_timeout_s", (int, float), 60, f"{where} [eval]")),
+        total_timeout_s=float(_get(ev, "total_timeout_s", (int, float), 1800, f"{where} [eval]")),
+        time_budget_ms=float(_get(ev, "time_budget_ms", (int, float), 25, f"{where} [eval]")),
+    )

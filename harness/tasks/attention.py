@@ -1,0 +1,324 @@
+"""Attention forward (FlashAttention convention), per DESIGN.md's kernel ABI.
+
+o = softmax(scale · q kᵀ + mask) v and lse = logsumexp(scale · q kᵀ + mask), with q [B, Sq, Hq, D],
+k, v [B, Sk, Hkv, D], o [B, Sq, Hq, D], lse [B, Hq, Sq] fp32. GQA/MQA: query head h reads kv head
+h // (Hq / Hkv). Causal is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq); a row that
+sees no key has o = 0 and lse = -inf.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from harness.tasks.attention_grid import FA3_PAIRS, HOT_GRID, QUICK_ROWS, TIMED_GRID
+from harness.tasks.base import Baseline, Comparison, Scenario, ScenarioError, Task, parse_kv_spec
+
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = {"bf16": 0, "fp16": 1}
+ELEMENT_BYTES = 2
+# Input standard deviation of q and k in the stability scenarios: scores have std HOT_SCALE² (with the
+# default 1/sqrt(d) scale), so the row maxima reach hundreds and exp() without a running max overflows.
+HOT_SCALE = 8.0
+# fp32 elements per score chunk in the references (~512 MB), so the largest scenario fits.
+CHUNK_ELEMENTS = 1 << 27
+
+
+def scenario_id(p: dict[str, Any]) -> str:
+    sid = f"{p['dtype']}-d{p['d']}-b{p['b']}-h{p['hq']}x{p['hkv']}-s{p['sq']}x{p['sk']}"
+    if p["causal"]:
+        sid += "-causal"
+    if p.get("hot"):
+        sid += "-hot"
+    if p.get("scale") is not None:
+        sid += f"-scale{p['scale']:g}"
+    return sid
+
+
+def visible_pairs(sq: int, sk: int, causal: bool) -> int:
+    """Number of (query, key) pairs the mask keeps: exact, from the bottom-right rule."""
+    if not causal:
+        return sq * sk
+    offset = sk - sq
+    # Row i keeps clamp(i + offset + 1, 0, sk) keys.
+    total = 0
+    first_full = max(0, sk - 1 - offset)  # rows from here on see every key
+    lo = max(0, -offset)  # rows below this see no key
+    hi = min(sq, first_full)
+    if hi > lo:
+        # sum_{i=lo}^{hi-1} (i + offset + 1)
+        n = hi - lo
+        total += n * (offset + 1) + (lo + hi - 1) * n // 2
+    total += max(0, sq - max(first_full, lo)) * sk
+    return total
+
+
+def _params(row: tuple[str, int, int, int, int, int, int, int, str], hot: bool = False) -> dict[str, Any]:
+    block, b, hq, hkv, sq, sk, d, causal, dtype = row
+    return {"block": block, "b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "d": d,
+            "causal": bool(causal), "dtype": dtype, "hot": hot, "scale": None}
+
+
+def _validate(p: dict[str, Any]) -> None:
+    for key in ("b", "hq", "hkv", "sq", "sk", "d"):
+        if p[key] < 1:
+            raise ScenarioError(f"scenario {key}={p[key]}: must be at least 1")
+    if p["hq"] % p["hkv"]:
+        raise ScenarioError(f"scenario hq={p['hq']}, hkv={p['hkv']}: hq must be a multiple of hkv")
+    if p["dtype"] not in DTYPES:
+        raise ScenarioError(f"scenario dtype={p['dtype']!r}: expected one of {', '.join(DTYPES)}")
+
+
+def _bool(value: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "t", "y"):
+        return True
+    if value.lower() in ("0", "false", "no", "f", "n"):
+        return False
+    raise ValueError(value)
+
+
+_SPEC_KEYS = {"dtype": str, "d": int, "b": int, "hq": int, "hkv": int, "sq": int, "sk": int,
+              "causal": _bool, "hot": _bool, "scale": float}
+
+
+@dataclass
+class Reference:
+    o: "torch.Tensor"  # fp32
+    lse: "torch.Tensor"  # fp32, -inf where a row sees no key
+    o_tol: float
+    lse_tol: float
+    empty_rows: "torch.Tensor | None"  # bool [Sq]: rows that see no key
+
+
+class AttentionTask(Task):
+    name = "attention"
+    entry_symbol = "kstui_attention_fwd"
+    output_names = ("o", "lse")
+    argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+
+    # --- scenario sets ---
+    def timed_grid(self) -> list[Scenario]:
+        rows = [(_params(r), r[0]) for r in TIMED_GRID] + [(_params(r, hot=True), r[0]) for r in HOT_GRID]
+        return [Scenario(scenario_id(p), True, p, group) for p, group in rows]
+
+    def correctness_grid(self) -> list[Scenario]:
+        """FA3's 20 (Sq, Sk) pairs x 5 head dims x causal, cycling MHA/GQA/MQA and bf16/fp16 so every
+        pair and head dim meets every head layout and both dtypes; plus stability rows."""
+        heads = ((6, 6), (6, 2), (6, 1))
+        out: list[Scenario] = []
+        i = 0
+        for sq, sk in FA3_PAIRS:
+            for d in (64, 96, 128, 192, 256):
+                for causal in (False, True):
+                    hq, hkv = heads[i % 3]
+                    dtype = ("bf16", "fp16")[(i // 3) % 2]
+                    b = 9 if sq * sk <= 1024 * 1024 else 2
+                    p = {"block": "check", "b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "d": d,
+                         "causal": causal, "dtype": dtype, "hot": False, "scale": None}
+                    out.append(Scenario(scenario_id(p), False, p, "check"))
+                    i += 1
+        for d in (64, 96, 128, 192, 256):
+            for (sq, sk), causal in (((113, 203), False), ((1024, 1023), True), ((799, 3), True)):
+                p = {"block": "check-hot", "b": 3, "hq": 6, "hkv": 2, "sq": sq, "sk": sk, "d": d,
+                     "causal": causal, "dtype": "bf16", "hot": True, "scale": None}
+                out.append(Scenario(scenario_id(p), False, p, "check-hot"))
+        return out
+
+    def quick_ids(self) -> list[str]:
+        grid = self.timed_grid()
+        return [grid[i].id for i in QUICK_ROWS] + [grid[len(TIMED_GRID) + 1].id]
+
+    def parse_spec(self, spec: str) -> Scenario:
+        given = parse_kv_spec(spec, _SPEC_KEYS)
+        if "sq" not in given:
+            raise ScenarioError(f"scenario spec {spec!r}: sq is required")
+        p = {"block": "custom", "dtype": "bf16", "d": 128, "b": 1, "hq": 8, "causal": False, "hot": False,
+             "scale": None, **given}
+        p.setdefault("hkv", p["hq"])
+        p.setdefault("sk", p["sq"])
+        _validate(p)
+        return Scenario(scenario_id(p), True, p, "custom")
+
+    def exact_flops(self, s: Scenario) -> float:
+        p = s.params
+        return 4.0 * p["b"] * p["hq"] * p["d"] * visible_pairs(p["sq"], p["sk"], p["causal"])
+
+    def min_bytes(self, s: Scenario) -> float:
+        p = s.params
+        q = p["b"] * p["sq"] * p["hq"] * p["d"]
+        kv = 2 * p["b"] * p["sk"] * p["hkv"] * p["d"]
+        return (2 * q + kv) * ELEMENT_BYTES + 4 * p["b"] * p["hq"] * p["sq"]
+
+    # --- worker side ---
+    def _torch_dtype(self, s: Scenario) -> "torch.dtype":
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}[s.params["dtype"]]
+
+    def make_inputs(self, s, gen, device):
+        import torch
+
+        p = s.params
+        dt = self._torch_dtype(s)
+        inputs = {
+            "q": torch.empty(p["b"], p["sq"], p["hq"], p["d"], dtype=dt, device=device),
+            "k": torch.empty(p["b"], p["sk"], p["hkv"], p["d"], dtype=dt, device=device),
+            "v": torch.empty(p["b"], p["sk"], p["hkv"], p["d"], dtype=dt, device=device),
+        }
+        self._draw(s, inputs, gen, first=True)
+        return inputs
+
+    def refill_inputs(self, s, inputs, gen):
+        self._draw(s, inputs, gen, first=False)
+
+    def _draw(self, s: Scenario, inputs: dict, gen: "torch.Generator", first: bool) -> None:
+        import torch
+
+        p = s.params
+        sigma = HOT_SCALE if p["hot"] else 1.0
+        for name in ("q", "k", "v"):
+            t = inputs[name]
+            noise = torch.randn(t.shape, generator=gen, device=t.device, dtype=torch.float32)
+            t.copy_(noise * (sigma if name != "v" else 1.0))
+        base = p["scale"] if p["scale"] is not None else 1.0 / math.sqrt(p["d"])
+        # Later draws jitter the scale: a kernel must use the softmax_scale it is given.
+        jitter = 1.0 if first else 0.75 + 0.5 * float(torch.rand((), generator=gen, device=gen.device))
+        inputs["scale"] = base * jitter
+
+    def output_shapes(self, s, inputs):
+        import torch
+
+        p = s.params
+        return {
+            "o": ((p["b"], p["sq"], p["hq"], p["d"]), self._torch_dtype(s)),
+            "lse": ((p["b"], p["hq"], p["sq"]), torch.float32),
+        }
+
+    def call_args(self, s, inputs, outputs, stream):
+        p = s.params
+        return [inputs["q"].data_ptr(), inputs["k"].data_ptr(), inputs["v"].data_ptr(),
+                outputs["o"].data_ptr(), outputs["lse"].data_ptr(),
+                p["b"], p["sq"], p["sk"], p["hq"], p["hkv"], p["d"],
+                float(inputs["scale"]), int(p["causal"]), DTYPES[p["dtype"]], stream]
+
+    def reference(self, s: Scenario, inputs: dict) -> Reference:
+        import torch
+
+        p = s.params
+        scale = float(inputs["scale"])
+        o32, lse32 = _attention(inputs["q"], inputs["k"], inputs["v"], scale, p["causal"], torch.float32)
+        olp, lselp = _attention(inputs["q"], inputs["k"], inputs["v"], scale, p["causal"], inputs["q"].dtype)
+        empty = _empty_rows(p["sq"], p["sk"], p["causal"], o32.device)
+        keep = None if empty is None else ~empty
+        o_err_lp = _max_abs(olp, o32, rows=keep, row_dim=1)
+        lse_err_lp = _max_abs(lselp, lse32, rows=keep, row_dim=2)
+        dt = inputs["q"].dtype
+        # FlashAttention's atol: twice the rounding of a round trip through the output dtype.
+        ref_lp = o32.to(dt)
+        o_atol = 2 * ((ref_lp + 0.3 - 0.3).float() - ref_lp.float()).abs().max().item() if o32.numel() else 0.0
+        lse_finite = lse32[torch.isfinite(lse32)]
+        lse_atol = 1e-4 * max(1.0, lse_finite.abs().max().item() if lse_finite.numel() else 1.0)
+        return Reference(o32, lse32, 2 * o_err_lp + o_atol, 2 * lse_err_lp + lse_atol, empty)
+
+    def compare(self, s: Scenario, ref: Reference, outputs: dict, only: tuple[str, ...] = ("o", "lse")) -> Comparison:
+        import torch
+
+        from harness.poison import is_poison
+
+        o = outputs["o"]
+        errors: dict[str, float] = {}
+        tols = {"o": ref.o_tol, "lse": ref.lse_tol}
+        for name in only:
+            t = outputs[name]
+            unwritten = int(is_poison(t).sum().item())
+            if unwritten:
+                return Comparison("unwritten", f"{name}: {unwritten} of {t.numel()} elements never written")
+        if not torch.isfinite(o).all():
+            bad = int((~torch.isfinite(o)).sum().item())
+            return Comparison("nan", f"o: {bad} NaN/Inf elements")
+        if "lse" in only:
+            lse = outputs["lse"]
+            expected_inf = torch.isneginf(ref.lse)
+            if torch.isnan(lse).any() or torch.isposinf(lse).any():
+                return Comparison("nan", "lse: NaN or +Inf")
+            if (torch.isneginf(lse) & ~expected_inf).any():
+                n = int((torch.isneginf(lse) & ~expected_inf).sum().item())
+                return Comparison("wrong", f"lse: {n} rows are -inf but see at least one key")
+        if ref.empty_rows is not None:
+            rows = ref.empty_rows
+            if (o[:, rows] != 0).any():
+                return Comparison("no-key-rows", f"o: rows that see no key ({int(rows.sum())} per head) are not 0")
+            if "lse" in only and not torch.isneginf(outputs["lse"][:, :, rows]).all():
+                return Comparison("no-key-rows", "lse: rows that see no key are not -inf")
+        keep = None if ref.empty_rows is None else ~ref.empty_rows
+        errors["o"] = _max_abs(o, ref.o, rows=keep, row_dim=1)
+        if "lse" in only:
+            errors["lse"] = _max_abs(outputs["lse"], ref.lse, rows=keep, row_dim=2)
+        for name, err in errors.items():
+            if not err <= tols[name]:
+                return Comparison("wrong", f"{name}: max abs error {err:.3g} > tolerance {tols[name]:.3g}", errors, tols)
+        return Comparison("ok", "", errors, tols)
+
+    def baselines(self) -> list[Baseline]:
+        from harness.tasks import attention_baselines
+
+        return attention_baselines.available()
+
+
+def _empty_rows(sq: int, sk: int, causal: bool, device) -> "torch.Tensor | None":
+    import torch
+
+    if not causal or sk >= sq:
+        return None
+    rows = torch.arange(sq, device=device) + (sk - sq) < 0
+    return rows if bool(rows.any()) else None
+
+
+def _max_abs(a: "torch.Tensor", b: "torch.Tensor", rows: "torch.Tensor | None", row_dim: int) -> float:
+    """max |a - b| over the kept rows (a row axis at row_dim), computed in fp32."""
+    if rows is not None:
+        a = a.index_select(row_dim, rows.nonzero().flatten())
+        b = b.index_select(row_dim, rows.nonzero().flatten())
+    if a.numel() == 0:
+        return 0.0
+    return (a.float() - b.float()).abs().max().item()
+
+
+def _attention(q, k, v, scale: float, causal: bool, compute_dtype) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Plain attention with the explicit bottom-right mask, chunked over query rows.
+
+    compute_dtype fp32 gives the reference; the inputs' own dtype gives the same-dtype torch
+    computation whose error sets the tolerance (scores and P·V in that dtype, softmax in fp32).
+    """
+    import torch
+
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    kt = k.permute(0, 2, 1, 3).to(compute_dtype)  # [B, Hkv, Sk, D]
+    vt = v.permute(0, 2, 1, 3).to(compute_dtype)
+    o = torch.empty(b, sq, hq, d, dtype=torch.float32, device=q.device)
+    lse = torch.empty(b, hq, sq, dtype=torch.float32, device=q.device)
+    chunk = max(1, min(sq, CHUNK_ELEMENTS // max(1, b * hq * sk)))
+    cols = torch.arange(sk, device=q.device)
+    for i0 in range(0, sq, chunk):
+        i1 = min(sq, i0 + chunk)
+        c = i1 - i0
+        qc = q[:, i0:i1].to(compute_dtype).reshape(b, c, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * c, d)
+        s = torch.matmul(qc, kt.transpose(-1, -2)).float().mul_(scale)  # [B, Hkv, G*c, Sk]
+        if causal:
+            rows = torch.arange(i0, i1, device=q.device) + (sk - sq)
+            hidden = (cols[None, :] > rows[:, None]).repeat(g, 1)  # [G*c, Sk]
+            s.masked_fill_(hidden, float("-inf"))
+        lse_c = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s.sub_(lse_c.unsqueeze(-1)))
+        p = torch.nan_to_num_(p, nan=0.0)  # rows that see no key: exp(-inf - -inf)
+        out = torch.matmul(p.to(compute_dtype), vt).float()  # [B, Hkv, G*c, D]
+        o[:, i0:i1] = out.reshape(b, hkv, g, c, d).permute(0, 3, 1, 2, 4).reshape(b, c, hq, d)
+        lse[:, :, i0:i1] = lse_c.reshape(b, hkv, g, c).reshape(b, hq, c)
+        del s, p, out
+    return o, lse

@@ -1,0 +1,333 @@
+"""The worker: a fresh process per evaluation that loads the candidate and judges it scenario by scenario.
+
+Started by harness.runner with the job as JSON on stdin; writes one JSON object per line to the file
+descriptor named in the job (never stdout, which the kernel may print to):
+  {"kind": "device", "device": {...}}     once, after CUDA is up
+  {"kind": "start", "id": ...}            before each scenario (the parent's per-scenario clock)
+  {"kind": "result", "scenario": {...}}   after each scenario (a ScenarioResult as a dict)
+  {"kind": "done"}
+A CUDA error that may have poisoned the context (illegal address, trap, launch failure) ends the
+worker after its result is written; the parent marks the rest skipped and the next evaluation starts
+in a new process, on a healthy context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harness.baselines import BaselineCache, fingerprint
+from harness.poison import GuardedBuffer, guarded_empty
+from harness.result import ScenarioResult
+from harness.tasks import get_task
+from harness.tasks.attention_baselines import is_fallback
+from harness.tasks.base import Baseline, Comparison, Scenario, Task
+from harness.timing import Timer, measure_peaks
+
+DRAWS = 2  # fresh random inputs per scenario before timing; one more after it
+FLOOR_MARGIN = 1.10  # a time below the floor at 110% of the measured peaks is impossible, not fast
+HIDDEN_WORK_US = 10.0  # wall-clock excess over the events tolerated per call, plus 20% of the call
+
+
+class EntryPointError(Exception):
+    def __init__(self, rc: int) -> None:
+        super().__init__(rc)
+        self.rc = rc
+
+
+class FatalCudaError(Exception):
+    """The CUDA context may be unusable: report and end the worker."""
+
+
+def _cuda_error_name(rc: int) -> str:
+    try:
+        lib = ctypes.CDLL("libcudart.so.13")
+    except OSError:
+        return f"error {rc}"
+    lib.cudaGetErrorName.restype = ctypes.c_char_p
+    return f"{lib.cudaGetErrorName(rc).decode()} ({rc})"
+
+
+def _seed_for(seed: int, sid: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{sid}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _library_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("flash-attn", "flash-attn-4", "flash_attn_3", "flash-attn-cute"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(device)
+    major, minor = props.major, props.minor
+    return {
+        "name": props.name,
+        "index": device.index,
+        "cc": f"{major}.{minor}",
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": props.L2_cache_size,
+        "memory_bytes": props.total_memory,
+        "driver": _driver_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "libraries": _library_versions(),
+        "host": socket.gethostname(),
+    }
+
+
+def _cuda_sync(device: torch.device) -> None:
+    try:
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # torch raises RuntimeError/AcceleratorError for sticky CUDA errors
+        raise FatalCudaError(str(exc).strip().splitlines()[0]) from None
+
+
+class Judge:
+    """Runs one scenario: draws, checks, baselines, timing, the re-check on fresh data."""
+
+    def __init__(self, task: Task, entry: Any, device: torch.device, timer: Timer, cache: BaselineCache,
+                 job: dict[str, Any], peaks: dict[str, float]) -> None:
+        self.task, self.entry, self.device, self.timer, self.cache = task, entry, device, timer, cache
+        self.job, self.peaks = job, peaks
+        self.baselines = task.baselines()
+
+    def _call(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer]) -> Callable[[], None]:
+        args = self.task.call_args(s, inputs, {n: b.tensor for n, b in outs.items()}, self.timer.stream.cuda_stream)
+        entry = self.entry
+
+        def call() -> None:
+            rc = entry(*args)
+            if rc != 0:
+                raise EntryPointError(rc)
+
+        return call
+
+    def _judged_call(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer]) -> Comparison:
+        """One poisoned, guarded call of the candidate on these inputs, judged against the reference."""
+        ref = self.task.reference(s, inputs)
+        clones = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        for b in outs.values():
+            b.repoison()
+        _cuda_sync(self.device)
+        call = self._call(s, inputs, outs)
+        try:
+            call()
+        except EntryPointError as exc:
+            _cuda_sync(self.device)
+            return Comparison("error", f"the entry point returned {_cuda_error_name(exc.rc)}")
+        _cuda_sync(self.device)
+        for name, before in clones.items():
+            if not torch.equal(before, inputs[name]):
+                return Comparison("input-mutated", f"input {name} changed during the call")
+        for name, b in outs.items():
+            if not b.guards_intact():
+                return Comparison("wrong", f"wrote outside {name} (guard zone overwritten)")
+        self._last_ref = ref
+        return self.task.compare(s, ref, {n: b.tensor for n, b in outs.items()}, self.task.output_names)
+
+    def run(self, s: Scenario) -> ScenarioResult:
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(_seed_for(self.job["seed"], s.id))
+        res = ScenarioResult(id=s.id, timed=s.timed, correct=False, gflop=self.task.exact_flops(s) / 1e9,
+                             gpu=self.device.index)
+        inputs = self.task.make_inputs(s, gen, self.device)
+        outs = {n: guarded_empty(shape, dt, self.device) for n, (shape, dt) in self.task.output_shapes(s, inputs).items()}
+        worst = -1.0
+        for draw in range(DRAWS):
+            if draw:
+                self.task.refill_inputs(s, inputs, gen)
+            cmp = self._judged_call(s, inputs, outs)
+            if cmp.verdict != "ok":
+                res.verdict, res.detail = cmp.verdict, f"draw {draw + 1}: {cmp.detail}"
+                _fill_errors(res, cmp)
+                return res
+            ratio = max((cmp.errors[k] / cmp.tolerances[k] if cmp.tolerances[k] else 0.0) for k in cmp.errors)
+            if ratio > worst:
+                worst = ratio
+                _fill_errors(res, cmp)
+        if s.timed:
+            self._time(s, inputs, outs, res)
+            if res.verdict != "ok":
+                return res
+            self.task.refill_inputs(s, inputs, gen)
+            cmp = self._judged_call(s, inputs, outs)
+            if cmp.verdict != "ok":
+                res.verdict = "stale-result"
+                res.detail = f"fresh inputs in the same buffers after timing: {cmp.verdict}: {cmp.detail}"
+                return res
+        res.verdict, res.correct = "ok", True
+        return res
+
+    def _valid_baselines(self, s: Scenario, inputs: dict, names: list[str]) -> dict[str, Callable[[], Any]]:
+        """Baselines (by name) that accept the scenario and pass the same check on the same inputs."""
+        valid = {}
+        by_name = {b.name: b for b in self.baselines}
+        for name in names:
+            b = by_name[name]
+            try:
+                fn = b.prepare(s, inputs)
+                with torch.cuda.stream(self.timer.stream):
+                    out = fn()
+                _cuda_sync(self.device)
+            except FatalCudaError:
+                raise
+            except Exception as exc:
+                self.cache.put(s.id, name, False, None, _first_line(exc))
+                continue
+            cmp = self.task.compare(s, self._last_ref, out, b.checks)
+            if cmp.verdict == "ok":
+                valid[name] = fn
+            else:
+                self.cache.put(s.id, name, False, None, f"{cmp.verdict}: {cmp.detail}")
+        return valid
+
+    def _pick_baselines(self, s: Scenario, inputs: dict) -> tuple[dict[str, Callable[[], Any]], str | None]:
+        """The baselines to time now, and the one of record if the cache already names it."""
+        wanted = self.job.get("baseline")
+        names = [b.name for b in self.baselines if wanted in (None, b.name)]
+        cached = self.cache.scenario(s.id)
+        if not self.job.get("retime") and names and all(n in cached for n in names):
+            valid_cached = {n: e["us"] for n, e in cached.items() if n in names and e["valid"] and e["us"]}
+            native = {n: us for n, us in valid_cached.items() if not is_fallback(n)}
+            pool = native or valid_cached
+            if pool:
+                record = min(pool, key=pool.get)
+                fns = self._valid_baselines(s, inputs, [record])
+                if fns:
+                    return fns, record
+        native = [n for n in names if not is_fallback(n)]
+        fns = self._valid_baselines(s, inputs, native)
+        if not fns:
+            fns = self._valid_baselines(s, inputs, [n for n in names if is_fallback(n)])
+        return fns, None
+
+    def _time(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer], res: ScenarioResult) -> None:
+        baselines, record = self._pick_baselines(s, inputs)
+        for b in outs.values():
+            b.repoison()
+        candidate = self._call(s, inputs, outs)
+        fns = {"candidate": candidate, **baselines}
+        try:
+            samples = self.timer.interleaved(fns, self.job["time_budget_s"])
+            _cuda_sync(self.device)
+            t = samples["candidate"].median
+            calls = int(min(12, max(3, 0.05e6 / max(t, 1.0))))
+            excess, overhead = self.timer.wall_excess_us(candidate, calls)
+        except EntryPointError as exc:
+            _cuda_sync(self.device)
+            res.verdict, res.detail = "error", f"the entry point returned {_cuda_error_name(exc.rc)} while timed"
+            return
+        for name, smp in samples.items():
+            if name != "candidate":
+                self.cache.put(s.id, name, True, smp.median)
+        res.time_us, res.spread_pct = t, samples["candidate"].spread_pct
+        res.baselines = {n: smp.median for n, smp in samples.items() if n != "candidate"}
+        res.baselines.update({n: None for n, e in self.cache.scenario(s.id).items() if not e["valid"]})
+        if baselines:
+            if record not in samples:
+                record = min((n for n in samples if n != "candidate"), key=lambda n: samples[n].median)
+            res.baseline, res.baseline_us = record, samples[record].median
+            res.speedup = res.baseline_us / t
+        flops, nbytes = self.task.exact_flops(s), self.task.min_bytes(s)
+        res.tflops = flops / t / 1e6
+        res.pct_peak = 100.0 * res.tflops / self.peaks["peak_tflops_bf16"]
+        floor_us = 1e6 * max(flops / (self.peaks["peak_tflops_bf16"] * 1e12 * FLOOR_MARGIN),
+                             nbytes / (self.peaks["peak_gbps"] * 1e9 * FLOOR_MARGIN))
+        if t < floor_us:
+            res.verdict = "too-fast"
+            res.detail = f"{t:.2f} µs is below the physical floor {floor_us:.2f} µs (exact FLOPs and bytes over measured peaks)"
+        elif excess - overhead > HIDDEN_WORK_US + 0.2 * t:
+            res.verdict = "hidden-work"
+            res.detail = (f"wall clock exceeds the stream's events by {excess - overhead:.1f} µs per call "
+                          f"({t:.1f} µs timed): work outside the harness stream")
+
+
+def _fill_errors(res: ScenarioResult, cmp: Comparison) -> None:
+    first = next(iter(cmp.errors), None)
+    if first is not None:
+        res.max_abs_err, res.tolerance = cmp.errors[first], cmp.tolerances.get(first)
+    if "lse" in cmp.errors:
+        res.lse_max_abs_err, res.lse_tolerance = cmp.errors["lse"], cmp.tolerances.get("lse")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    out = os.fdopen(job["fd"], "w", buffering=1)
+
+    def send(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device("cuda", job.get("device_index") or 0)
+    torch.cuda.set_device(device)
+    task = get_task(job["task"], job.get("options"))
+    entry = getattr(ctypes.CDLL(job["library"]), task.entry_symbol)
+    entry.argtypes, entry.restype = task.argtypes, ctypes.c_int
+    info = device_info(device)
+    cache = BaselineCache(Path(job["cache_path"]), fingerprint(info, task.name))
+    if job.get("retime"):
+        cache.clear()
+    if not cache.peaks:
+        cache.peaks = measure_peaks(device)
+    info.update(cache.peaks)
+    stream = torch.cuda.Stream(device)
+    timer = Timer(device, stream)
+    info["l2_flush_bytes"], info["l2_persist_reset"] = timer.flush_bytes, timer.resets_persisting_l2
+    send({"kind": "device", "device": info})
+    judge = Judge(task, entry, device, timer, cache, job, cache.peaks)
+    for sd in job["scenarios"]:
+        s = Scenario(sd["id"], sd["timed"], sd["params"], sd.get("group", ""))
+        send({"kind": "start", "id": s.id})
+        try:
+            res = judge.run(s)
+        except FatalCudaError as exc:
+            res = ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="crash", detail=str(exc), gpu=device.index)
+            send({"kind": "result", "scenario": asdict(res)})
+            cache.save()
+            return 3
+        except torch.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            res = ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="error",
+                                 detail=f"out of GPU memory: {_first_line(exc)}", gpu=device.index)
+        send({"kind": "result", "scenario": asdict(res)})
+    cache.save()
+    send({"kind": "done"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
