@@ -135,12 +135,12 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
 
     from kstui.executors import ExecutorError, make_executor
     from kstui.history import History, HistoryError
-    from kstui.questions import QuestionBank, QuestionBankError
-    from kstui.session import Session, default_question_paths
+    from kstui.questions import QuestionBank, QuestionBankError, bank_paths
+    from kstui.session import Session
     from kstui.trace import latest_session
 
     try:
-        bank = QuestionBank.load(*default_question_paths(config))
+        bank = QuestionBank.load(*bank_paths(config.workspace, config.questions))
     except QuestionBankError as exc:
         raise BadInput(str(exc)) from None
     if config.resume and latest_session(config.workspace, config.kernel) is None:

@@ -49,6 +49,7 @@ class SessionConfig:
     gpu: str | None = None
     devices: str | None = None
     scenarios: str = "full"
+    eval_args: tuple[str, ...] = ()  # extra harness arguments for every evaluation (e.g. --check-only)
     confirm_shell: bool = False
     # Acceptance: a gain must exceed max(noise of both results, this floor); within
     # borderline_factor x that margin the candidate and the best are re-evaluated, interleaved.

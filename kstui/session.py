@@ -52,7 +52,7 @@ from kstui.events import (
     UserMessage,
 )
 from kstui.history import History, HistoryError
-from kstui.questions import QuestionBank, StallDetector, find_limit_claim
+from kstui.questions import QuestionBank, StallDetector, bank_paths, find_limit_claim
 from kstui.trace import TraceWriter, create_session, read_trace, trace_path
 from kstui.watcher import FileWatcher
 
@@ -243,7 +243,7 @@ class Session:
         self.executor = executor
         self.agent = agent
         self.history = history or History(config.kernel, config.branch)
-        self.bank = bank or QuestionBank.load(*default_question_paths(config))
+        self.bank = bank or QuestionBank.load(*bank_paths(config.workspace, config.questions))
         self.stall = StallDetector(evals_without_gain=config.stall_evals, turns_without_eval=config.stall_turns)
         self._sandbox_notice = ""
         self.toolbox = toolbox or self._make_toolbox()
@@ -422,7 +422,7 @@ class Session:
             return
         if any(q.source == "self" for q in self.queue):
             return  # one self-question pending is enough
-        q = self.bank.draw(trigger)
+        q = self.bank.draw(trigger, exclude=[x.question_id for x in self.queue if x.question_id])
         self.ask(q.text, source="self", question_id=q.id, kind=q.kind)
 
     # --- control --------------------------------------------------------------------------------
@@ -531,9 +531,12 @@ class Session:
                 resumed_events = list(read_trace(trace_path(directory)))
         if directory is None:
             directory = create_session(self.workspace, self.kernel, self.config.model)
+        ignore = self.workspace / ".kstui" / ".gitignore"
+        if not ignore.exists():  # kstui's state never shows up in the user's `git status`
+            ignore.write_text("*\n", encoding="utf-8")
         self.state.session_id = directory.name
         self._trace_file = trace_path(directory)
-        self._trace = TraceWriter(self._trace_file, secrets=[self.config.api_key or ""])
+        self._trace = TraceWriter(self._trace_file, extra_secrets=[self.config.api_key or ""])
         if resumed_events:
             self._resumed = True
             self._restore_from(resumed_events)
@@ -644,6 +647,7 @@ class Session:
         if question is not None:
             if question.question_id is not None:
                 self.bank.mark_used(question.question_id)
+            self.stall.question_asked()
             self._last_question = question
             self._emit(QuestionAsked(turn=turn, text=question.text, source=question.source,
                                      question_id=question.question_id, kind=question.kind))
@@ -715,10 +719,11 @@ class Session:
             self._self_ask("claimed_limit")
 
     def _observe_turn(self, evaluated: bool) -> None:
-        stalled = self.stall.observe_turn(evaluated)
-        if stalled:
-            self._emit(Stalled(reason=str(stalled) if isinstance(stalled, str) else "turns without an evaluation",
-                               turns_without_eval=self.config.stall_turns))
+        self._stalled(self.stall.observe_turn(evaluated))
+
+    def _stalled(self, event: Stalled | None) -> None:
+        if event is not None:
+            self._emit(event)
             self._self_ask("stall")
 
     async def _run_tool(self, turn: int, block: dict[str, Any]) -> dict[str, Any]:
@@ -840,7 +845,7 @@ class Session:
                                      scenarios=scenarios, where=where))
         started = time.monotonic()
         try:
-            result = await self.executor.evaluate(path, scenarios=scenarios)
+            result = await self.executor.evaluate(path, scenarios=scenarios, extra_args=self.config.eval_args)
         except asyncio.CancelledError:
             self._emit(EvaluationFinished(eval_no=eval_no, result=None, error="cancelled: the session stopped",
                                           diff=diff, where=where, seconds=time.monotonic() - started))
@@ -897,11 +902,7 @@ class Session:
         return path
 
     def _observe_eval(self, accepted: bool) -> None:
-        stalled = self.stall.observe_eval(accepted)
-        if stalled:
-            self._emit(Stalled(reason=str(stalled) if isinstance(stalled, str) else "evaluations without a gain",
-                               evals_without_gain=self.config.stall_evals))
-            self._self_ask("stall")
+        self._stalled(self.stall.observe_eval(accepted))
 
     def _harness_changes(self) -> str | None:
         if not self.state.harness_ok:
@@ -922,6 +923,8 @@ class Session:
     def _restore_from(self, events: list[Event]) -> None:
         """Rebuild the conversation, counters, queue and question use from a trace."""
         self.messages[:] = rebuild_messages(events, self._turn_end_len)
+        self.bank.replay(events)
+        self.stall.replay(events)
         for e in events:
             if isinstance(e, TurnStarted):
                 self.state.turn = max(self.state.turn, e.turn)
@@ -934,8 +937,6 @@ class Session:
             elif isinstance(e, Usage):
                 self._update_state(e)
             elif isinstance(e, QuestionAsked):
-                if e.question_id is not None:
-                    self.bank.mark_used(e.question_id)
                 self._last_question = QueuedQuestion(e.text, e.source, e.question_id, e.kind)
             elif isinstance(e, QueueChanged):
                 self.queue = [QueuedQuestion(**q) for q in e.queue]
@@ -1019,15 +1020,3 @@ def rebuild_messages(events: list[Event], turn_end_len: dict[int, int] | None = 
             del messages[ends[e.truncated_to_turn]:]
     close_pending()
     return messages
-
-
-def default_question_paths(config: SessionConfig) -> list[Path]:
-    """The bank's files, later overriding earlier: the project's (or packaged) bank, the workspace's, --questions."""
-    package = Path(__file__).resolve().parent
-    paths = [p for p in (package / "questions.toml", package.parent / "questions.toml") if p.is_file()][:1]
-    workspace_bank = config.workspace / "questions.toml"
-    if workspace_bank.is_file():
-        paths.append(workspace_bank)
-    if config.questions is not None:
-        paths.append(config.questions)
-    return paths

@@ -106,3 +106,74 @@ class FakeExecutor:
                 baselines={"fa3": base}, speedup=base / t))
         result.finalize()
         return result
+
+
+# --- helpers for session tests ----------------------------------------------------------------------
+
+KERNEL_BODY = """#include <cuda_runtime.h>
+// fake: speedup={speedup}
+extern "C" int kstui_attention_fwd() {{ return 0; }}
+"""
+
+
+def kernel_text(speedup: float = 1.0, extra: str = "") -> str:
+    return KERNEL_BODY.format(speedup=speedup) + extra
+
+
+def make_workspace(root: Path, speedup: float = 1.0, name: str = "k") -> Path:
+    """A workspace folder with a kernel and its task file; returns the kernel's path."""
+    root.mkdir(parents=True, exist_ok=True)
+    kernel = root / f"{name}.cu"
+    kernel.write_text(kernel_text(speedup))
+    kernel.with_suffix(".toml").write_text('task = "attention"\n')
+    return kernel
+
+
+class EventLog:
+    """A session subscriber that keeps every event and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, event) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    def of(self, kind: type) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    async def wait_for(self, kind: type, count: int = 1, timeout: float = 10.0,
+                       where: Callable[[object], bool] = lambda e: True) -> list:
+        async def until() -> list:
+            while True:
+                found = [e for e in self.of(kind) if where(e)]
+                if len(found) >= count:
+                    return found
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(until(), timeout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python tests/fakes.py FILE [--scenarios S] [--json -]`: the fake as an --eval-cmd, JSON on stdout."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("file")
+    parser.add_argument("--scenarios", default="full")
+    parser.add_argument("--json", default="-")
+    args, _ = parser.parse_known_args(argv)
+    try:
+        result = asyncio.run(FakeExecutor().evaluate(Path(args.file), scenarios=args.scenarios))
+    except ExecutorError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 3
+    sys.stdout.write(result.to_json() + "\n")
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
