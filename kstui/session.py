@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from harness.result import EvalResult
-from kstui.agent import AgentError, sendable_content
 from kstui.config import SessionConfig
 from kstui.events import (
     Accepted,
@@ -276,6 +275,7 @@ class Session:
         self._last_evaluated: str | None = None
         self._last_eval_error = ""
         self._resumed = False
+        self._pending_rewind: tuple[str, str, int] | None = None
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -464,20 +464,24 @@ class Session:
         await self._evaluate_candidate()
 
     async def rewind(self, sha: str, *, truncate_context: bool = False) -> None:
-        """Restore an accepted version into the workspace (a new commit); optionally forget later turns."""
-        try:
-            entry = self.history.entry(sha)
-            new = self.history.restore(entry.sha, turn=self.state.turn)
-        except HistoryError as exc:
-            self._emit(Error(message=str(exc), where="rewind"))
-            return
-        old_text = self._known_text
-        self._known_text = self._read_kernel()
-        truncated: int | None = None
-        if truncate_context and entry.turn is not None and entry.turn in self._turn_end_len:
-            truncated = entry.turn
-            del self.messages[self._turn_end_len[truncated]:]
-        self._emit(Rewound(to_commit=entry.sha, new_commit=new, truncated_to_turn=truncated))
+        """Restore an accepted version into the workspace (a new commit); optionally forget later turns.
+
+        Waits for an evaluation in flight. The agent's context is cut at the next turn boundary, so
+        the conversation is never edited under a turn that is still running.
+        """
+        async with self._eval_lock:
+            try:
+                entry = self.history.entry(sha)
+                new = self.history.restore(entry.sha, turn=self.state.turn)
+            except HistoryError as exc:
+                self._emit(Error(message=str(exc), where="rewind"))
+                return
+            old_text = self._known_text
+            self._known_text = self._last_evaluated = self._read_kernel()
+        if truncate_context and self.agent is not None and entry.turn in self._turn_end_len:
+            self._pending_rewind = (entry.sha, new, entry.turn)
+        else:
+            self._emit(Rewound(to_commit=entry.sha, new_commit=new))
         if self.agent is not None:
             diff = unified_diff(old_text, self._known_text, self.kernel.name)
             self._pending_edits.append(
@@ -485,6 +489,17 @@ class Session:
                 f"({entry.geomean or 0:.4g}x geomean). The file on disk now differs from what you last saw:\n"
                 f"```diff\n{diff}```" if diff else
                 f"The human restored the kernel to accepted version {entry.short}; its content is unchanged.")
+        self._wake.set()
+
+    def _apply_rewind(self) -> None:
+        if self._pending_rewind is None:
+            return
+        to_commit, new_commit, turn = self._pending_rewind
+        self._pending_rewind = None
+        del self.messages[self._turn_end_len[turn]:]
+        for later in [t for t in self._turn_end_len if t > turn]:
+            del self._turn_end_len[later]
+        self._emit(Rewound(to_commit=to_commit, new_commit=new_commit, truncated_to_turn=turn))
 
     # --- running ----------------------------------------------------------------------------------
 
@@ -612,6 +627,7 @@ class Session:
             reason = self._limit_reached()
             if reason is not None:
                 return reason
+            self._apply_rewind()
             parts: list[str] = []
             if self._pending_edits:
                 parts.extend(self._pending_edits)
@@ -664,6 +680,8 @@ class Session:
             self._emit(trimmed)
 
     async def _turn(self) -> None:
+        from kstui.agent import AgentError, sendable_content  # the SDK is slow to import: only with an agent
+
         assert self.agent is not None
         turn = self.state.turn + 1
         self._emit(TurnStarted(turn=turn))
@@ -973,6 +991,8 @@ def rebuild_messages(events: list[Event], turn_end_len: dict[int, int] | None = 
     Tool calls the trace started but never finished (the process was killed) get an error result, so
     the conversation stays valid for the API.
     """
+    from kstui.agent import sendable_content
+
     messages: list[dict[str, Any]] = []
     ends: dict[int, int] = {} if turn_end_len is None else turn_end_len
     pending: dict[str, dict[str, Any]] = {}
@@ -1018,5 +1038,7 @@ def rebuild_messages(events: list[Event], turn_end_len: dict[int, int] | None = 
             continue  # compaction is redone on the rebuilt conversation by the agent
         elif isinstance(e, Rewound) and e.truncated_to_turn is not None and e.truncated_to_turn in ends:
             del messages[ends[e.truncated_to_turn]:]
+            for later in [t for t in ends if t > e.truncated_to_turn]:
+                del ends[later]
     close_pending()
     return messages
