@@ -9,9 +9,10 @@ Scripting
 ---------
 A script is a list of items, or a callable. Each HTTP request to /v1/messages takes the next item; a
 retry of the client is a new request and takes the item after. An item is a `Reply` (a streamed
-message, possibly with a fault in the middle of it) or an `HttpError` (a status code and headers, no
-stream). A callable receives the request body (a dict) and the request's index and returns an item,
-so a script can look at the tool results it was sent::
+message, possibly with a fault in the middle of it), an `HttpError` (a status code and headers, no
+stream) or a `Drop` (the connection closed unanswered). A callable receives the request body (a
+dict) and the request's index and returns an item, so a script can look at the tool results it was
+sent::
 
     from messages_server import MessagesServer, reply, text, thinking, tool_use, http_error
 
@@ -43,15 +44,18 @@ Builders
   tool_use, else "end_turn". usage is `ServerUsage(input, output, cache_read, cache_write)`; by default
   input is the request's length / 4 and output the reply's length / 4 (both at least 1).
 - Faults: `http_error(status, retry_after=None, retry_after_ms=None, error_type=None)` (429 rate limit,
-  529 overloaded, 500 …); `reply(..., cut_after=N)` drops the connection after N SSE events (in the
-  middle of the chunked body: the client sees an incomplete read); `reply(..., error_after=N,
-  error_type="overloaded_error")` sends an `error` SSE event after N events and ends the stream.
-  `overloaded()` and `rate_limited()` are shorthands.
+  529 overloaded, 500 …); `dropped()` closes the connection before any response; `reply(...,
+  cut_after=N)` drops the connection after N SSE events, in the middle of the chunked body (the
+  client sees an incomplete read); `reply(..., error_after=N, error_type="overloaded_error")` sends
+  an `error` SSE event after N events and ends the stream. `overloaded()` and `rate_limited()` are
+  shorthands (with a retry-after of 10 ms, so that the SDK's retries stay fast in tests).
+- Event order, for counting N: message_start, ping, then for each block content_block_start, its
+  deltas, content_block_stop; then message_delta and message_stop.
 
 Observing
 ---------
 - `server.requests`: every request received, in order: `RecordedRequest(path, headers, body)`.
-- `server.sent_usage`: the usage reported for each streamed reply, in order (what cost should be
+- `server.sent_usage`: the usage reported for each reply, in order (what cost should be
   computed from).
 - `delay_s` (server-wide, or per reply) sleeps between SSE events so streaming is observable.
 """
@@ -106,7 +110,12 @@ class HttpError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Item = Union[Reply, HttpError]
+@dataclass
+class Drop:
+    """Close the connection without answering (a dropped connection before any response)."""
+
+
+Item = Union[Reply, HttpError, Drop]
 Script = Union[list[Item], Callable[[dict[str, Any], int], Item]]
 
 
@@ -200,6 +209,10 @@ def http_error(
     return HttpError(status, kind, message or f"scripted {status} {kind}", headers)
 
 
+def dropped() -> Drop:
+    return Drop()
+
+
 def rate_limited(retry_after: float = 0.01) -> HttpError:
     return http_error(429, retry_after=retry_after)
 
@@ -270,6 +283,7 @@ def _handler_for(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each SSE event leaves when it is written, not coalesced
     owner: MessagesServer
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
@@ -295,6 +309,9 @@ class _Handler(BaseHTTPRequestHandler):
         item = self.owner._next(body, {k.lower(): v for k, v in self.headers.items()}, self.path)
         if isinstance(item, HttpError):
             self._send_json(item.status, _error_body(item.error_type, item.message), item.headers)
+            return
+        if isinstance(item, Drop):
+            self._cut()
             return
         usage = item.usage or ServerUsage(
             input=max(1, len(raw) // 4),
