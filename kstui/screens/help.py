@@ -35,16 +35,13 @@ class HelpScreen(ModalScreen[None]):
     def __init__(self, active_bindings: dict) -> None:
         super().__init__()
         rows = []
-        seen: set[str] = set()
         for key, (_node, binding, enabled, _tooltip) in active_bindings.items():
-            if not enabled or binding.action in seen or not binding.description:
+            if not enabled or not binding.description:
                 continue
-            seen.add(binding.action)
             rows.append(f"| `{self.app_key_display(key)}` | {binding.description} |")
         rows += [
             "| `tab` / `shift+tab` | move focus between panes |",
             "| `s` / `r` (scenario table) | sort by the next column / reverse |",
-            "| `ctrl+p` | command palette |",
         ]
         self.text = INTRO + "\n".join(rows) + "\n"
 

@@ -80,6 +80,7 @@ class MainScreen(Screen):
         self.status = "idle"
         self.mode = "replay" if replay is not None else ("agent" if session is not None else "view")
         self.turn: int | None = None
+        self.events_seen = 0  # events fully applied to the panes (tests and the benchmark wait on it)
         self.widths = {"source": 4, "middle": 4, "speedup": 3}
         self.source = SourcePane(kernel, baseline=baseline, watch=watch and replay is None, id="source", classes="column")
         self.transcript = Transcript(window=transcript_window, id="transcript")
@@ -92,7 +93,7 @@ class MainScreen(Screen):
         yield Static(id="status")
         yield Tabs(
             Tab("Source", id="tab-source"), Tab("Transcript", id="tab-middle"), Tab("Speedup", id="tab-speedup"),
-            id="tabs",
+            id="tabs", active="tab-middle",
         )
         with Horizontal(id="columns"):
             yield self.source
@@ -140,6 +141,7 @@ class MainScreen(Screen):
             self.notify(f"accepted {event.commit[:7]}: geomean {event.geomean:.3f}×")
         if isinstance(event, (ev.StatusChanged, ev.TurnStarted, ev.SessionStarted)):
             self.update_status()
+        self.events_seen += 1
 
     def _stall_changed(self) -> None:
         trigger = self.speedup.state.trigger
@@ -163,9 +165,10 @@ class MainScreen(Screen):
     def on_ask_question(self, message: AskQuestion) -> None:
         if self.session is None:
             return
-        self.session.ask(message.text, interrupt=message.interrupt, source=message.source)
-        if message.question_id is not None:
-            self.session.bank.mark_used(message.question_id)
+        self.session.ask(
+            message.text, interrupt=message.interrupt, source=message.source,
+            question_id=message.question_id, kind=message.kind,
+        )
         when = "now (interrupting)" if message.interrupt else "at the next turn boundary"
         self.notify(f"question queued: asked {when}")
 
@@ -207,9 +210,10 @@ class MainScreen(Screen):
         if choice is None:
             return
         if choice.edit:
-            self.box.prefill(choice.question.text, source="bank", question_id=choice.question.id)
+            self.box.prefill(choice.question, source="bank")
         else:
-            self.post_message(AskQuestion(choice.question.text, source="bank", question_id=choice.question.id))
+            q = choice.question
+            self.post_message(AskQuestion(q.text, source="bank", question_id=q.id, kind=q.kind))
 
     def action_history(self) -> None:
         self.app.push_screen(HistoryScreen(self._history(), session=self.session))

@@ -22,6 +22,7 @@ class AskQuestion(Message):
     interrupt: bool = False
     source: str = "human"
     question_id: str | None = None
+    kind: str | None = None
 
 
 @dataclass

@@ -24,11 +24,11 @@ class QuestionBox(Input):
         super().__init__(placeholder=PLACEHOLDER, **kwargs)
         self.editing: int | None = None  # the queue position being edited, if any
         self._source = "human"
-        self._question_id: str | None = None
+        self._question: Any = None  # the bank question being edited before it is sent
 
-    def prefill(self, text: str, *, source: str, question_id: str | None) -> None:
-        """Put a bank question in the box to edit before sending; it keeps its source and id."""
-        self.value, self._source, self._question_id = text, source, question_id
+    def prefill(self, question: Any, *, source: str) -> None:
+        """Put a bank question in the box to edit before sending; it keeps its source, id and kind."""
+        self.value, self._source, self._question = question.text, source, question
         self.border_title = f"{source} question · edit, then enter to queue or ctrl+s to ask now"
         self.focus()
 
@@ -39,7 +39,7 @@ class QuestionBox(Input):
         self.focus()
 
     def _finish_edit(self) -> None:
-        self.editing, self._source, self._question_id = None, "human", None
+        self.editing, self._source, self._question = None, "human", None
         self.border_title = None
         self.value = ""
 
@@ -52,7 +52,11 @@ class QuestionBox(Input):
         else:
             if self.editing is not None:
                 self.post_message(RemoveQueued(self.editing))
-            self.post_message(AskQuestion(text, interrupt=interrupt, source=self._source, question_id=self._question_id))
+            q = self._question
+            self.post_message(AskQuestion(
+                text, interrupt=interrupt, source=self._source,
+                question_id=q.id if q is not None else None, kind=q.kind if q is not None else None,
+            ))
         self._finish_edit()
 
     async def action_submit(self) -> None:
@@ -62,7 +66,7 @@ class QuestionBox(Input):
         self._send(interrupt=True)
 
     def cancel_edit(self) -> None:
-        if self.editing is not None or self._question_id is not None:
+        if self.editing is not None or self._question is not None:
             self._finish_edit()
 
 

@@ -6,15 +6,17 @@ time on request, so a run of 11,500 tool calls scrolls like a run of ten.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Button, Collapsible, Markdown, Static
+from textual.widgets import Button, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from kstui import events as ev
@@ -78,43 +80,65 @@ class TextView(Markdown, BlockView):
             self._stream = None
 
 
-class FoldView(Collapsible, BlockView):
-    """Thinking, tool calls, evaluations, edits and long messages: one line that opens."""
+STATUS_STYLES = {
+    "running": "yellow", "error": "bold red", "rejected": "red", "accepted": "bold green", "done": "",
+    "ok": "",
+}
+
+
+class FoldView(Static, BlockView, can_focus=True):
+    """Thinking, tool calls, evaluations, edits and long messages: one line that opens (enter or click).
+
+    One widget per block, rendering its own title and body: a Collapsible is five widgets, and
+    restyling thousands of them is what makes a long transcript slow.
+    """
+
+    BINDINGS = [Binding("enter,space", "toggle", "open/close", show=False)]
 
     def __init__(self, block: Block) -> None:
-        self._body = Static(classes="fold-body")
-        self._detail = Static(classes="fold-detail")
-        super().__init__(self._body, self._detail, title=block.title, collapsed=True, classes=f"block {block.kind}")
+        super().__init__(classes=f"block fold {block.kind}")
         self._block = block
+        self.collapsed = True
+        self.show(block)
 
-    def on_mount(self) -> None:
-        self.show(self._block)
+    @property
+    def title(self) -> str:
+        return self._block.title
 
     def show(self, block: Block) -> None:
         self._block = block
-        self.title = block.title
-        for status in ("running", "ok", "error", "done", "accepted", "rejected"):
-            self.set_class(block.status == status, f"-{status}")
-        body: RenderableType = Text(clip(block.body))
-        detail: RenderableType = Text(clip(block.detail))
+        style = "italic dim" if block.kind == "thinking" else STATUS_STYLES.get(block.status, "")
+        head = Text.assemble(("▶ " if self.collapsed else "▼ ", "dim"), (block.title, style))
+        if block.kind == "thinking" and block.body:
+            head.append(f" · {len(block.body):,} chars", style="dim")
+        if self.collapsed:
+            self.update(head)
+            return
+        parts: list[RenderableType] = [head]
         if block.kind == "eval" and block.result is not None:
-            body = scenario_table(block.result)
-            detail = Syntax(clip(block.detail), "diff", theme="monokai") if block.detail else Text("")
+            parts.append(scenario_table(block.result))
+            if block.detail:
+                parts.append(Syntax(clip(block.detail), "diff", theme="monokai"))
         elif block.kind == "edit":
-            body, detail = Syntax(clip(block.detail), "diff", theme="monokai"), Text("")
-        self._body.update(body)
-        self._detail.update(detail)
-        self._detail.display = bool(block.detail)
+            parts.append(Syntax(clip(block.detail), "diff", theme="monokai"))
+        else:
+            if block.tool_input is not None:
+                parts.append(Text(clip(json.dumps(block.tool_input, indent=2, ensure_ascii=False)), style="dim"))
+            if block.body:
+                parts.append(Text(clip(block.body)))
+            if block.detail:
+                parts.append(Text(clip(block.detail), style="red" if block.status == "error" else ""))
+        self.update(Group(*parts))
 
     async def stream(self, text: str) -> None:
-        self.title = f"{self._block.title} · {len(self._block.body):,} chars"
-        if not self.collapsed:
-            self._body.update(Text(clip(self._block.body)))
+        self.show(self._block)
 
-    def _watch_collapsed(self, collapsed: bool) -> None:
-        super()._watch_collapsed(collapsed)
-        if not collapsed and self._block.kind == "thinking":
-            self._body.update(Text(clip(self._block.body)))
+    def action_toggle(self) -> None:
+        self.collapsed = not self.collapsed
+        self.show(self._block)
+
+    def on_click(self) -> None:
+        self.action_toggle()
 
 
 class LineView(Static, BlockView):
@@ -149,6 +173,7 @@ class Transcript(VerticalScroll, can_focus=True):
     """The transcript; `window` blocks stay mounted, earlier ones come back PAGE at a time."""
 
     PAGE = 100
+    BINDINGS = [Binding("u", "show_earlier", "earlier entries")]
 
     def __init__(self, *, window: int = 150, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -232,6 +257,10 @@ class Transcript(VerticalScroll, can_focus=True):
         if views:
             await self.mount_all(views, after=self._earlier)
         self._update_earlier()
+
+    async def action_show_earlier(self) -> None:
+        await self.show_earlier()
+        self.scroll_home(animate=False)
 
     async def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button is self._earlier:

@@ -6,7 +6,6 @@ and so that the folding is testable without a terminal.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +25,7 @@ class Block:
     source: str | None = None  # who asked, for questions
     turn: int | None = None
     result: dict[str, Any] | None = None
+    tool_input: dict[str, Any] | None = None  # formatted only when a reader opens the block
 
 
 @dataclass
@@ -145,8 +145,9 @@ class TranscriptState:
         )
 
     def _on_tool_call_started(self, e: ev.ToolCallStarted) -> list[Change]:
-        body = json.dumps(e.input, indent=2, ensure_ascii=False)
-        changes = self._append(Block("tool", tool_title(e.name, e.input), body=body, status="running", turn=e.turn))
+        changes = self._append(
+            Block("tool", tool_title(e.name, e.input), tool_input=e.input, status="running", turn=e.turn)
+        )
         self._tools[e.call_id] = len(self.blocks) - 1
         return changes
 

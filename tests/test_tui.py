@@ -1,0 +1,277 @@
+"""Pilot tests of the TUI fed with recorded session events: panes, windowing, reloads, layout, replay,
+the standalone history screen. The tests driving a live Session are in test_tui_session.py."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_tui_events import KERNEL, T0, fake_result, recorded_run  # noqa: E402
+
+from harness.result import EvalResult  # noqa: E402
+from kstui import events as ev  # noqa: E402
+from kstui.app import KstuiApp, replay_kernel  # noqa: E402
+from kstui.history import History  # noqa: E402
+from kstui.screens.confirm import ConfirmScreen  # noqa: E402
+from kstui.screens.help import HelpScreen  # noqa: E402
+from kstui.screens.history import HistoryScreen  # noqa: E402
+from kstui.screens.replay import ReplayPlayer  # noqa: E402
+from kstui.widgets.messages import SessionEvent  # noqa: E402
+from kstui.widgets.transcript import FoldView, TextView  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def until(pilot, condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.02)
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Path:
+    path = tmp_path / "flash_fwd.cu"
+    path.write_text(KERNEL)
+    return path
+
+
+async def feed(app: KstuiApp, pilot, events: list[ev.Event]) -> None:
+    goal = app.main.events_seen + len(events)
+    for event in events:
+        app.main.post_message(SessionEvent(event))
+    await until(pilot, lambda: app.main.events_seen == goal)
+    await pilot.pause()
+
+
+async def test_recorded_run_fills_every_pane(kernel):
+    app = KstuiApp(kernel=kernel, baseline=KERNEL.replace("int n) {", "int n)  {"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        events = recorded_run()
+        await feed(app, pilot, events)
+        main = app.main
+        blocks = main.transcript.state.blocks
+        # Every block is mounted (a small run), streamed text as one Markdown view with the whole text.
+        assert main.transcript.mounted_count == len(blocks)
+        text_view = next(v for v in main.transcript.query(TextView))
+        assert "double-buffer" in text_view.source and text_view.source.count("tiling") == 1
+        folds = list(main.transcript.query(FoldView))
+        assert all(f.collapsed for f in folds)  # tool calls, thinking, evaluations start closed
+        speed = main.speedup.state
+        accepted = next(e for e in events if isinstance(e, ev.Accepted))
+        assert speed.best == accepted.geomean and speed.result_eval == 2
+        table = main.speedup.query_one("#scenarios")
+        assert table.row_count == len(fake_result(KERNEL)["scenarios"])
+        # The Accepted event makes what is on disk the new baseline: no line is marked changed any more.
+        assert main.source.state.changed == set()
+
+
+async def test_source_marks_changed_lines_and_reloads_on_atomic_save(kernel):
+    app = KstuiApp(kernel=kernel, baseline=KERNEL)
+    async with app.run_test(size=(120, 40)) as pilot:
+        source = app.main.source
+        assert source.state.changed == set()
+        long_kernel = KERNEL + "".join(f"// line {i}\n" for i in range(200))
+        kernel.write_text(long_kernel)
+        await until(pilot, lambda: "line 199" in source.state.text, timeout=2)
+        source.scroll_to(y=120, animate=False, immediate=True)
+        await pilot.pause()
+        scrolled = source.scroll_y
+        assert scrolled > 100
+        # An editor's atomic save: write a temp file, rename it over the kernel.
+        started = time.monotonic()
+        tmp = kernel.with_name(".flash_fwd.cu.swp")
+        tmp.write_text(long_kernel.replace("// line 150", "// line 150 edited"))
+        os.replace(tmp, kernel)
+        await until(pilot, lambda: "line 150 edited" in source.state.text, timeout=2)
+        assert time.monotonic() - started < 0.5
+        await pilot.pause()
+        assert source.scroll_y == scrolled
+        changed_line = long_kernel.splitlines().index("// line 150") + 1
+        assert changed_line in source.state.changed
+
+
+async def test_source_burst_of_writes_is_one_reload(kernel):
+    app = KstuiApp(kernel=kernel)
+    async with app.run_test(size=(120, 40)) as pilot:
+        source = app.main.source
+        before = source.state.reloads
+        for i in range(10):
+            kernel.write_text(KERNEL + f"// {i}\n")
+        await until(pilot, lambda: "// 9" in source.state.text, timeout=2)
+        await pilot.pause(0.3)
+        assert source.state.reloads - before <= 2
+
+
+async def test_eleven_thousand_tool_calls_stay_windowed(kernel):
+    app = KstuiApp(kernel=kernel, watch=False, transcript_window=120)
+    async with app.run_test(size=(140, 40)) as pilot:
+        transcript = app.main.transcript
+        events: list[ev.Event] = []
+        for i in range(11_500):
+            events.append(ev.ToolCallStarted(1, f"c{i}", "bash", {"command": f"echo {i}"}))
+            events.append(ev.ToolCallFinished(1, f"c{i}", "bash", f"{i}\n", seconds=0.01))
+        await transcript.load(events)
+        assert len(transcript.state.blocks) == 11_500
+        assert transcript.mounted_count == 120
+        # Live events keep the window size.
+        app.main.post_message(SessionEvent(ev.ToolCallStarted(1, "last", "bash", {"command": "echo last"})))
+        await until(pilot, lambda: len(transcript.state.blocks) == 11_501)
+        await pilot.pause()
+        assert transcript.mounted_count == 120
+        earlier = transcript.query_one("#earlier")
+        assert "11,381 earlier" in str(earlier.label)
+        transcript.focus()
+        await pilot.press("u")
+        await until(pilot, lambda: transcript.mounted_count == 220)
+        first = next(iter(transcript.query(FoldView)))
+        assert first.title.startswith("bash echo 11281")
+
+
+async def test_narrow_terminal_turns_columns_into_tabs(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(90, 30)) as pilot:
+        main = app.main
+        assert main.has_class("-narrow") and main.query_one("#tabs").display
+        visible = [c for c in ("source", "middle", "speedup") if main.query_one(f"#{c}").styles.display != "none"
+                   and main.query_one(f"#{c}").has_class("-active")]
+        assert visible == ["middle"]
+        main.query_one("#tabs").active = "tab-speedup"
+        await pilot.pause()
+        assert main.query_one("#speedup").has_class("-active") and not main.query_one("#middle").has_class("-active")
+        await pilot.resize_terminal(120, 32)
+        await pilot.pause()
+        assert not main.has_class("-narrow") and not main.query_one("#tabs").display
+
+
+async def test_columns_resize_with_keys(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        width = app.main.source.size.width
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await pilot.pause()
+        assert app.main.source.size.width > width
+
+
+async def test_help_lists_the_keys_and_closes(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert "| `q` | quit |" in app.screen.text and "| `?` | help |" in app.screen.text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.main
+
+
+async def test_quit_without_a_session_exits(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_value == 0
+
+
+async def test_replay_plays_pauses_steps_and_changes_speed(kernel):
+    events = recorded_run()
+    player = ReplayPlayer(events, paused=True)
+    app = KstuiApp(kernel=kernel, replay=player, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = app.main
+        assert not main.box.display  # read-only: no question box
+        await pilot.press("n", "n", "n")
+        await until(pilot, lambda: player.position == 3)
+        assert "replay 3/" in str(main.query_one("#status").render())
+        await pilot.press("plus", "plus", "plus", "plus", "plus", "plus")
+        assert player.speed == 256.0
+        await pilot.press("space")
+        await until(pilot, lambda: player.position == len(events), timeout=10)
+        await pilot.pause(0.2)
+        assert main.speedup.state.best == 1.25
+        # Keys that would drive a session do nothing in a replay.
+        await pilot.press("p", "e", "b")
+        assert app.screen is main
+
+
+def test_replay_finds_the_kernel_beside_the_sessions_folder(tmp_path):
+    trace = tmp_path / "ws" / ".kstui" / "sessions" / "s1" / "trace.jsonl"
+    events = [ev.SessionStarted("s1", "kernels/k.cu", "agent")]
+    assert replay_kernel(trace, events) == tmp_path / "ws" / "kernels" / "k.cu"
+
+
+@pytest.fixture
+def history(tmp_path: Path, monkeypatch) -> History:
+    monkeypatch.setenv("GIT_AUTHOR_DATE", f"@{int(T0)} +0000")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", f"@{int(T0)} +0000")
+    kernel = tmp_path / "flash_fwd.cu"
+    kernel.write_text(KERNEL)
+    hist = History(kernel)
+    v1 = KERNEL.replace("speedup=1.0", "speedup=1.1")
+    hist.commit_accepted(v1, EvalResult.from_dict(fake_result(v1)), previous=None, turn=1,
+                         question=None, question_source=None, eval_no=1)
+    v2 = v1.replace("speedup=1.1", "speedup=1.3").replace("int i =", "const int i =")
+    hist.commit_accepted(v2, EvalResult.from_dict(fake_result(v2)), previous=1.1, turn=3,
+                         question="What does the SASS say about the loads?", question_source="human", eval_no=2)
+    kernel.write_text(v2)
+    return hist
+
+
+async def test_log_history_shows_diff_result_compare_and_restores(history):
+    app = KstuiApp(history=history)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, HistoryScreen)
+        entries = history.entries()
+        assert screen.query_one("#commits").row_count == 2
+        assert screen.shown == entries[0].sha
+        head = str(screen.query_one("#head").render())
+        assert "SASS" in head and "4/4 correct" in head
+        assert "const int i" in history.diff(entries[0].sha)
+        assert screen.query_one("#result").row_count == 4
+        # Compare: mark the newest, move to the older one: the diff is between the two.
+        await pilot.press("c", "down")
+        await pilot.pause()
+        assert screen.shown == entries[1].sha and screen.marked == entries[0].sha
+        assert "against marked" in str(screen.query_one("#head").render())
+        # Restore the older one: confirm first, then a NEW commit (never a rewrite).
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await until(pilot, lambda: len(history.entries()) == 3)
+        assert history.kernel.read_text() == history.content_at(entries[1].sha)
+        assert [e.sha for e in history.entries()[1:]] == [e.sha for e in entries]
+        await pilot.press("escape")
+        await pilot.pause()
+    assert app.return_value == 0
+
+
+async def test_history_restore_can_be_declined(history):
+    app = KstuiApp(history=history)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(app.screen, HistoryScreen) and len(history.entries()) == 2
+
+
+def test_only_the_view_modules_import_textual():
+    allowed = {ROOT / "kstui" / "app.py"}
+    for path in (ROOT / "kstui").rglob("*.py"):
+        if path in allowed or (ROOT / "kstui" / "screens") in path.parents or (ROOT / "kstui" / "widgets") in path.parents:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "textual" or n.startswith("textual.") for n in names), f"{path} imports Textual"
