@@ -4,7 +4,8 @@
 
 The event mix: per tool call the call, its result (every tenth a 20 KB file read, the others ~800
 bytes) and a streamed text chunk; per turn of two calls a start, the finished assistant message, a
-usage event and a finish (≈ 57k events in all). Prints the event count, file size and seconds.
+usage event and a finish (≈ 57k events in all). Prints the event count, the file size, and wall and
+CPU seconds (on a shared machine the CPU figure is the one that means something).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kstui.events import (
@@ -52,19 +54,28 @@ def session_events(tool_calls: int) -> list[Event]:
     return out
 
 
-def run_bench(path: Path, tool_calls: int = 11_500) -> tuple[float, float, int]:
-    """(seconds to write, seconds to read back, events) for one synthetic session."""
+@dataclass
+class BenchResult:
+    events: int
+    write_s: float  # wall clock
+    read_s: float
+    write_cpu_s: float  # this process's CPU time (user + system): what a busy machine does not inflate
+    read_cpu_s: float
+
+
+def run_bench(path: Path, tool_calls: int = 11_500) -> BenchResult:
+    """Write one synthetic session's events to path and read them back, timed."""
     events = session_events(tool_calls)
-    t0 = time.perf_counter()
+    w0, c0 = time.perf_counter(), time.process_time()
     with TraceWriter(path) as writer:
         for event in events:
             writer.append(event)
-    t1 = time.perf_counter()
+    w1, c1 = time.perf_counter(), time.process_time()
     n = sum(1 for _ in read_trace(path))
-    t2 = time.perf_counter()
+    w2, c2 = time.perf_counter(), time.process_time()
     if n != len(events):
         raise SystemExit(f"read back {n} events of {len(events)}")
-    return t1 - t0, t2 - t1, n
+    return BenchResult(n, w1 - w0, w2 - w1, c1 - c0, c2 - c1)
 
 
 def main() -> None:
@@ -73,11 +84,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
-        write_s, read_s, n = run_bench(path, args.tool_calls)
+        r = run_bench(path, args.tool_calls)
         size_mb = path.stat().st_size / 1e6
-    print(f"tool calls {args.tool_calls}  events {n}  file {size_mb:.1f} MB")
-    print(f"write {write_s:.3f} s ({write_s / n * 1e6:.1f} us/event)  "
-          f"read {read_s:.3f} s ({read_s / n * 1e6:.1f} us/event)  total {write_s + read_s:.3f} s")
+    print(f"tool calls {args.tool_calls}  events {r.events}  file {size_mb:.1f} MB")
+    print(f"wall: write {r.write_s:.3f} s ({r.write_s / r.events * 1e6:.1f} us/event)  "
+          f"read {r.read_s:.3f} s ({r.read_s / r.events * 1e6:.1f} us/event)  total {r.write_s + r.read_s:.3f} s")
+    print(f"cpu:  write {r.write_cpu_s:.3f} s  read {r.read_cpu_s:.3f} s  "
+          f"total {r.write_cpu_s + r.read_cpu_s:.3f} s")
 
 
 if __name__ == "__main__":

@@ -282,8 +282,8 @@ class History:
         eval_no: int,
     ) -> str:
         """Commit an accepted version of the kernel with its trailers and the result as a note."""
-        if result.geomean_speedup is None:
-            raise HistoryError("an accepted result needs a geomean")
+        if not result.passed or result.geomean_speedup is None:
+            raise HistoryError("only a passing result with a geomean is committed as accepted")
         total = len(result.scenarios)
         subject = format_message(self.kernel.stem, result.geomean_speedup, previous, result.correct_count, total)
         trailers = [
@@ -301,8 +301,8 @@ class History:
         """Write an accepted version back into the kernel file and record it as a NEW commit."""
         entry = self.entry(sha)
         content = self.content_at(entry.sha)
-        subject = f"{self.kernel.stem}: restore {entry.short} ({entry.geomean or 0:.2f}x geomean, " \
-                  f"{entry.correct}/{entry.total} correct)"
+        geomean = f"{entry.geomean:.2f}x" if entry.geomean is not None else "?"
+        subject = f"{self.kernel.stem}: restore {entry.short} ({geomean} geomean, {entry.correct}/{entry.total} correct)"
         trailers = [
             (T_GEOMEAN, f"{entry.geomean:.6g}" if entry.geomean is not None else None),
             (T_SCENARIOS, f"{entry.correct}/{entry.total}"),

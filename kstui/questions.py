@@ -11,7 +11,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterable, Literal
+from typing import Any, Callable, Collection, Iterable, Literal
 
 from kstui.events import Accepted, EvaluationStarted, Event, QuestionAsked, Rejected, Stalled, TurnFinished
 
@@ -85,7 +85,7 @@ class QuestionBank:
         merged: dict[str, dict[str, Any]] = {}
         for path in paths or (DEFAULT_BANK,):
             _merge_file(Path(path), merged)
-        questions = [Question(**{k: v for k, v in q.items()}) for q in merged.values()]
+        questions = [Question(**q) for q in merged.values()]
         if not any(not q.disabled for q in questions):
             raise QuestionBankError(f"{(paths or (DEFAULT_BANK,))[-1]}: no question left enabled")
         return cls(questions)
@@ -181,7 +181,7 @@ def _merge_file(path: Path, merged: dict[str, dict[str, Any]]) -> None:
         entry.update({k: v for k, v in table.items() if k != "id"})
 
 
-def _check_values(table: dict[str, Any], fail: Any) -> None:
+def _check_values(table: dict[str, Any], fail: Callable[[str, str], QuestionBankError]) -> None:
     text = table.get("text")
     if "text" in table and (not isinstance(text, str) or not text.strip()):
         raise fail("must be a non-empty string", "text")

@@ -300,3 +300,12 @@ def test_branch_moved_underneath_is_an_error_not_a_loss(tmp_path, monkeypatch):
         h.commit_accepted("two\n", make_result([0.6]), previous=0.5, turn=2, question=None,
                           question_source=None, eval_no=2)
     assert git(repo, "rev-parse", "kstui/flash_fwd").strip() == s1  # the accepted commit is not lost
+
+
+def test_failing_result_is_never_committed(tmp_path):
+    repo = user_repo(tmp_path)
+    h = History(repo / "src" / "flash_fwd.cu")
+    with pytest.raises(HistoryError, match="passing"):
+        h.commit_accepted("bad\n", make_result([2.0, 2.0], correct=False), previous=None, turn=1,
+                          question=None, question_source=None, eval_no=1)
+    assert h.entries() == [] and h.tip() is None

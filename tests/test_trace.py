@@ -227,13 +227,17 @@ def test_session_id_shape():
 
 
 def test_trace_throughput_50k_events(tmp_path):
-    """The 11,500-tool-call session budget: ≈ 50k events written and read back well under 3 s."""
+    """The 11,500-tool-call session budget: ≈ 50k events written and read back in under 3 s.
+
+    Measured in CPU seconds: the test machine is shared, and other processes' load says nothing
+    about the trace's cost.
+    """
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_trace import run_bench
 
-    write_s, read_s, n = run_bench(tmp_path / "trace.jsonl", tool_calls=11_500)
-    assert n >= 50_000
-    assert write_s + read_s < 3.0, f"write {write_s:.2f}s + read {read_s:.2f}s"
+    r = run_bench(tmp_path / "trace.jsonl", tool_calls=11_500)
+    assert r.events >= 50_000
+    assert r.write_cpu_s + r.read_cpu_s < 3.0, f"write {r.write_cpu_s:.2f}s + read {r.read_cpu_s:.2f}s CPU"
 
 
 def test_events_json_line_is_event_dict():
