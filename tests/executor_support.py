@@ -16,9 +16,9 @@ from pathlib import Path
 KERNEL_SOURCE = '#include <cuda_runtime.h>\nextern "C" int kstui_noop(cudaStream_t s) { return 0; }\n'
 
 # A harness whose `eval` prints a schema-valid EvalResult (the kernel's real sha256) and echoes its
-# arguments into result.device["argv"], so a test sees exactly what an executor invoked.
+# arguments (and CUDA_VISIBLE_DEVICES) into result.device, so a test sees exactly what an executor invoked.
 ECHO_HARNESS = r'''
-import hashlib, json, sys, time
+import hashlib, json, os, sys
 args = sys.argv[2:]
 kernel = args[0]
 try:
@@ -37,7 +37,7 @@ scen = [] if check_only else [
 ]
 print(json.dumps({
     "schema": 1, "task": "noop", "kernel": kernel, "kernel_sha256": sha, "scenario_set": "quick",
-    "build": {"ok": True}, "device": {"argv": args}, "checks": [{"name": "forbidden-include", "ok": True}],
+    "build": {"ok": True}, "device": {"argv": args, "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}, "checks": [{"name": "forbidden-include", "ok": True}],
     "scenarios": scen, "all_correct": bool(scen), "geomean_speedup": 1.5 if scen else None,
 }))
 '''

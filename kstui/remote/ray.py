@@ -1,0 +1,184 @@
+"""`--gpu ray[://address]`: each evaluation (or each of --shards N parts) is a Ray task on one GPU.
+
+Ray is an optional extra (`pip install 'kstui[ray]'`) and is imported only when this executor starts.
+The kernel and its task file travel inside the task; each node keeps its own build and baseline
+caches (a node-local KSTUI_CACHE_DIR unless the node sets one), since timings belong to one GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.merge import merge_results
+from harness.result import EvalResult
+from kstui.executors import DEFAULT_TIMEOUT_S, Completed, ExecutorError, harness_args, parse_result
+
+INSTALL_HINT = "pip install 'kstui[ray]'"
+# Beyond the harness's own budget, how long a task may take to be scheduled and report back.
+_SLACK_S = 120.0
+
+
+def run_on_node(name: str, kernel: bytes, task: bytes | None, args: list[str], python: str | None,
+                timeout_s: float) -> dict[str, Any]:
+    """The Ray task body: lay the files out on this node and run the harness CLI there."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.join(tempfile.gettempdir(), f"kstui-ray-{os.getuid()}")
+    ksha = hashlib.sha256(kernel).hexdigest()
+    tsha = hashlib.sha256(task).hexdigest() if task is not None else "none"
+    work = os.path.join(root, "work", f"{ksha[:20]}-{tsha[:20]}")
+    os.makedirs(work, exist_ok=True)
+    for data, fname in ((kernel, name), (task, os.path.splitext(name)[0] + ".toml")):
+        dst = os.path.join(work, fname)
+        if data is not None and not os.path.exists(dst):
+            tmp = f"{dst}.{os.getpid()}"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, dst)
+    env = dict(os.environ)
+    env.setdefault("KSTUI_CACHE_DIR", os.path.join(root, "cache"))
+    started = time.time()
+    proc = subprocess.Popen([python or sys.executable, "-m", "harness", "eval", os.path.join(work, name), *args],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:  # the timeout, or ray.cancel's KeyboardInterrupt: never leave the harness running
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return {"rc": proc.returncode, "stdout": out, "stderr": err, "host": socket.gethostname(), "started": started}
+
+
+def scenario_order(kernel: Path, scenarios: str, extra_args: Sequence[str]) -> list[str] | None:
+    """The scenario ids in the harness's own order, to put merged shards back in it (None if unknown)."""
+    from harness.runner import BadInput, EvalOptions, resolve
+
+    specs = tuple(extra_args[i + 1] for i, a in enumerate(extra_args[:-1]) if a == "--scenario")
+    try:
+        _, _, listed = resolve(kernel, EvalOptions(selection=scenarios, specs=specs))
+    except (BadInput, OSError, ValueError, KeyError):
+        return None
+    return [s.id for s in listed]
+
+
+class RayExecutor:
+    """Evaluations as Ray tasks asking for one GPU each (none for --check-only)."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        shards: int = 1,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        python: str | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if shards < 1:
+            raise ExecutorError(f"--shards must be at least 1 (got {shards})")
+        self.address = address
+        self.shards = shards
+        self.timeout_s = timeout_s
+        self.python = python  # the interpreter on the nodes; None: the Ray worker's own
+        self.init_kwargs = dict(init_kwargs or {})
+        self._ray: Any = None
+        self._remote: Any = None
+        self._started_ray = False
+        self._gpus = 0.0
+        self._lock = asyncio.Lock()
+
+    @property
+    def parallelism(self) -> int:
+        """Whole evaluations the cluster can run at once (known after the first evaluation; 1 before)."""
+        return max(1, int(self._gpus) // self.shards)
+
+    def describe(self) -> str:
+        where = self.address or "ray (local)"
+        return where + (f" ×{self.shards} shards" if self.shards > 1 else "")
+
+    async def _connect(self) -> Any:
+        async with self._lock:
+            if self._ray is None:
+                try:
+                    import ray
+                except ImportError:
+                    raise ExecutorError(f"--gpu ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+                if not ray.is_initialized():
+                    try:
+                        await asyncio.to_thread(ray.init, address=self.address, **self.init_kwargs)
+                    except Exception as exc:  # Ray raises many kinds (ConnectionError, RuntimeError, …)
+                        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                        raise ExecutorError(f"cannot reach Ray at {self.address or 'a local instance'}: {line}") from None
+                    self._started_ray = True
+                self._gpus = float(ray.cluster_resources().get("GPU", 0))
+                self._remote = ray.remote(run_on_node)
+                self._ray = ray
+            return self._ray
+
+    async def evaluate(
+        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = ()
+    ) -> EvalResult:
+        kernel = Path(kernel)
+        try:
+            source = kernel.read_bytes()
+            task_path = kernel.with_suffix(".toml")
+            task = task_path.read_bytes() if task_path.exists() else None
+        except OSError as exc:
+            raise ExecutorError(f"cannot read {kernel}: {exc.strerror or exc}") from None
+        ray = await self._connect()
+        # A check-only evaluation builds and reads source: no GPU to wait for.
+        gpus = 0 if "--check-only" in extra_args else 1
+        base = harness_args("", scenarios, extra_args, ())[2:]
+        shard_args = [base] if self.shards == 1 else [[*base, "--shard", f"{k}/{self.shards}"] for k in range(1, self.shards + 1)]
+        submitted = time.time()
+        refs = [
+            self._remote.options(num_gpus=gpus, num_cpus=1).remote(kernel.name, source, task, args, self.python, self.timeout_s)
+            for args in shard_args
+        ]
+        try:
+            outs = await asyncio.wait_for(asyncio.gather(*refs), self.timeout_s + _SLACK_S)
+        except asyncio.TimeoutError:
+            raise ExecutorError(f"Ray evaluation timed out after {self.timeout_s + _SLACK_S:g} s") from None
+        except ray.exceptions.RayError as exc:
+            line = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise ExecutorError(f"Ray task failed: {line}") from None
+        finally:
+            for ref in refs:
+                ray.cancel(ref)  # a no-op for finished tasks; stops the rest if we were cancelled
+        parts = []
+        for k, out in enumerate(outs, start=1):
+            what = "harness on Ray" + (f" (shard {k}/{self.shards})" if self.shards > 1 else "")
+            part = parse_result(Completed(out["rc"], out["stdout"], out["stderr"]), what)
+            part.device["host"] = out["host"]
+            part.device["queue_wait_s"] = round(max(0.0, out["started"] - submitted), 3)
+            parts.append(part)
+        if len(parts) == 1:
+            result = parts[0]
+        else:
+            try:
+                result = merge_results(parts, scenario_order(kernel, scenarios, extra_args))
+            except ValueError as exc:
+                raise ExecutorError(f"Ray shards do not merge: {exc}") from None
+            result.device["host"] = ",".join(dict.fromkeys(p.device["host"] for p in parts))
+            result.device["queue_wait_s"] = max(p.device["queue_wait_s"] for p in parts)
+        if result.kernel_sha256 != hashlib.sha256(source).hexdigest():
+            raise ExecutorError("Ray evaluated other content than the kernel sent")
+        result.kernel = str(kernel)
+        return result
+
+    async def close(self) -> None:
+        if self._ray is not None and self._started_ray:
+            await asyncio.to_thread(self._ray.shutdown)
+        self._ray = None
+        self._remote = None
+        self._started_ray = False
