@@ -130,6 +130,10 @@ class History:
         self._check_branch_name()
         self._scrub = Scrubber.from_environ()
 
+    def close(self) -> None:
+        """End gitpython's helper processes (cat-file) for this repository."""
+        self.repo.close()
+
     # --- setup -------------------------------------------------------------------------------
 
     @staticmethod

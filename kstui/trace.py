@@ -257,6 +257,9 @@ def create_session(workspace: Path, kernel: Path, model: str | None, *, now: flo
     sid = new_session_id(started)
     directory = session_dir(workspace, sid)
     directory.mkdir(parents=True, exist_ok=False)
+    ignore = Path(workspace) / ".kstui" / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n", encoding="utf-8")  # kstui's state never shows in the user's `git status`
     kernel = Path(kernel).resolve()
     try:
         stored = kernel.relative_to(Path(workspace).resolve()).as_posix()

@@ -213,6 +213,11 @@ def test_sessions_and_latest(tmp_path):
     (d3 / "meta.json").write_text("{broken")
     assert latest_session(ws, a) == d1  # an unreadable session is skipped, not fatal
     assert trace_path(d1).name == "trace.jsonl"
+    # inside the user's repository the sessions never show up as untracked files
+    subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ws, check=True,
+                            capture_output=True, text=True).stdout
+    assert ".kstui" not in status
     # a moved workspace still resumes: the kernel is stored relative to it
     moved = tmp_path / "moved"
     ws.rename(moved)
