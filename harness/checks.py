@@ -98,14 +98,14 @@ _MANGLED_FILE_IO = ("basic_ifstream", "basic_ofstream", "basic_fstream", "basic_
 _ENTRY_LOOKUP = re.compile(r"\b(cudaGetDriverEntryPoint(?:ByVersion)?|cuGetProcAddress(?:_v\d+)?)\b")
 
 _VENDOR_IDENTIFIERS = re.compile(
-    r"\b(?:(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|cutensor|nccl|nvshmem)\w*"
+    r"\b(?:(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|nccl|nvshmem)\w*|cutensor\w*|CUTENSOR_\w*"
     r"|(?i:cutlass)\w*|cute|CUTE_\w+|(?i:torch)|ATen|c10|at(?=\s*::)|(?i:flash_attn)\w*|FLASH_NAMESPACE"
     r"|(?i:triton)\w*)\b"
 )
 _VENDOR_HEADER_DIRS = frozenset({"cutlass", "cute", "torch", "aten", "c10", "flash_attn", "triton", "cudnn",
                                  "cublas", "nvshmem", "nccl", "cutensor"})
 _VENDOR_HEADER_FILE = re.compile(
-    r"(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|cutensor|nccl|nvshmem|nvblas|flash_attn|triton"
+    r"(?:(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|nccl|nvshmem|nvblas|flash_attn|triton)|cutensor"
     r"|cutlass|torch)\w*(?:\.\w+)?"
 )
 

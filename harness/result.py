@@ -80,6 +80,7 @@ class ScenarioResult:
     pct_peak: float | None = None
     gflop: float | None = None
     gpu: int | None = None
+    seconds: float | None = None  # harness wall time spent on this scenario
 
 
 @dataclass
@@ -98,6 +99,7 @@ class EvalResult:
     noise_pct: float | None = None
     error: str | None = None  # an evaluation-wide failure, one line
     seconds: float = 0.0
+    profile: dict[str, float] = field(default_factory=dict)  # seconds per harness phase
 
     @property
     def checks_ok(self) -> bool:

@@ -142,6 +142,10 @@ def evaluate(kernel: Path, opts: EvalOptions) -> EvalResult:
     if len(infos) > 1:
         result.device["gpus"] = [{"index": d.get("index"), "name": d.get("name")} for d in infos]
     result.checks += _timing_checks(result.scenarios)
+    for out in outcomes:
+        for phase, seconds in (out.profile if out else {}).items():
+            result.profile[phase] = max(result.profile.get(phase, 0.0), seconds) if len(parts) > 1 else seconds
+    result.profile["build_s"] = report.seconds
     result.error = "; ".join(errors) if errors else None
     result.finalize()
     result.seconds = time.monotonic() - started
@@ -173,6 +177,7 @@ class WorkerOutcome:
     results: list[ScenarioResult]
     device: dict[str, Any] | None
     error: str | None
+    profile: dict[str, float]
 
 
 def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scenario_timeout_s: float,
@@ -199,6 +204,7 @@ def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scen
     failure: tuple[str, str] | None = None  # (verdict, detail) for the scenario in flight
     error: str | None = None
     stopped_at: str | None = None
+    profile: dict[str, float] = {}
     started = time.monotonic()
     deadline = started + STARTUP_TIMEOUT_S
     total_deadline = started + total_timeout_s
@@ -242,6 +248,7 @@ def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scen
                     break
                 if kind == "device":
                     device = msg["device"]
+                    profile["worker_startup_s"] = time.monotonic() - started
                 elif kind == "start":
                     current = msg["id"]
                     deadline = time.monotonic() + scenario_timeout_s
@@ -253,6 +260,7 @@ def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scen
                     current = None
                     deadline = time.monotonic() + scenario_timeout_s
                 elif kind == "done":
+                    profile.update(msg.get("profile", {}))
                     done = True
             if done:
                 break
@@ -274,7 +282,8 @@ def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scen
             why = f"not run: the evaluation stopped at {stopped_at}" if stopped_at else "not run"
             out.append(ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="skipped", detail=why,
                                       gpu=job.get("device_index")))
-    return WorkerOutcome(out, device, error)
+    profile["worker_s"] = time.monotonic() - started
+    return WorkerOutcome(out, device, error, profile)
 
 
 def _timed(scenarios: list[Scenario], sid: str) -> bool:

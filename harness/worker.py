@@ -20,9 +20,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
+from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -117,6 +120,15 @@ class Judge:
         self.task, self.entry, self.device, self.timer, self.cache = task, entry, device, timer, cache
         self.job, self.peaks = job, peaks
         self.baselines = task.baselines()
+        self.profile: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.profile[name] += time.perf_counter() - t0
 
     def _call(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer]) -> Callable[[], None]:
         args = self.task.call_args(s, inputs, {n: b.tensor for n, b in outs.items()}, self.timer.stream.cuda_stream)
@@ -131,18 +143,20 @@ class Judge:
 
     def _judged_call(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer]) -> Comparison:
         """One poisoned, guarded call of the candidate on these inputs, judged against the reference."""
-        ref = self.task.reference(s, inputs)
+        with self.phase("reference_s"):
+            ref = self.task.reference(s, inputs)
         clones = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
         for b in outs.values():
             b.repoison()
         _cuda_sync(self.device)
         call = self._call(s, inputs, outs)
         try:
-            call()
+            with self.phase("candidate_calls_s"):
+                call()
+                _cuda_sync(self.device)
         except EntryPointError as exc:
             _cuda_sync(self.device)
             return Comparison("error", f"the entry point returned {_cuda_error_name(exc.rc)}")
-        _cuda_sync(self.device)
         for name, before in clones.items():
             if not torch.equal(before, inputs[name]):
                 return Comparison("input-mutated", f"input {name} changed during the call")
@@ -150,7 +164,8 @@ class Judge:
             if not b.guards_intact():
                 return Comparison("wrong", f"wrote outside {name} (guard zone overwritten)")
         self._last_ref = ref
-        return self.task.compare(s, ref, {n: b.tensor for n, b in outs.items()}, self.task.output_names)
+        with self.phase("compare_s"):
+            return self.task.compare(s, ref, {n: b.tensor for n, b in outs.items()}, self.task.output_names)
 
     def run(self, s: Scenario) -> ScenarioResult:
         gen = torch.Generator(device=self.device)
@@ -229,17 +244,20 @@ class Judge:
         return fns, None
 
     def _time(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer], res: ScenarioResult) -> None:
-        baselines, record = self._pick_baselines(s, inputs)
+        with self.phase("baseline_checks_s"):
+            baselines, record = self._pick_baselines(s, inputs)
         for b in outs.values():
             b.repoison()
         candidate = self._call(s, inputs, outs)
         fns = {"candidate": candidate, **baselines}
         try:
-            samples = self.timer.interleaved(fns, self.job["time_budget_s"])
-            _cuda_sync(self.device)
+            with self.phase("timing_s"):
+                samples = self.timer.interleaved(fns, self.job["time_budget_s"])
+                _cuda_sync(self.device)
             t = samples["candidate"].median
             calls = int(min(12, max(3, 0.05e6 / max(t, 1.0))))
-            excess, overhead = self.timer.wall_excess_us(candidate, calls)
+            with self.phase("wall_clock_check_s"):
+                excess, overhead = self.timer.wall_excess_us(candidate, calls)
         except EntryPointError as exc:
             _cuda_sync(self.device)
             res.verdict, res.detail = "error", f"the entry point returned {_cuda_error_name(exc.rc)} while timed"
@@ -302,7 +320,9 @@ def main() -> int:
     if job.get("retime"):
         cache.clear()
     if not cache.peaks:
+        t0 = time.perf_counter()
         cache.peaks = measure_peaks(device)
+        info["peaks_measured_s"] = time.perf_counter() - t0
     info.update(cache.peaks)
     stream = torch.cuda.Stream(device)
     timer = Timer(device, stream)
@@ -312,6 +332,7 @@ def main() -> int:
     for sd in job["scenarios"]:
         s = Scenario(sd["id"], sd["timed"], sd["params"], sd.get("group", ""))
         send({"kind": "start", "id": s.id})
+        t0 = time.perf_counter()
         try:
             res = judge.run(s)
         except FatalCudaError as exc:
@@ -323,9 +344,10 @@ def main() -> int:
             torch.cuda.empty_cache()
             res = ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="error",
                                  detail=f"out of GPU memory: {_first_line(exc)}", gpu=device.index)
+        res.seconds = time.perf_counter() - t0
         send({"kind": "result", "scenario": asdict(res)})
     cache.save()
-    send({"kind": "done"})
+    send({"kind": "done", "profile": dict(judge.profile)})
     return 0
 
 

@@ -308,16 +308,23 @@ def _attention(q, k, v, scale: float, causal: bool, compute_dtype) -> tuple["tor
     for i0 in range(0, sq, chunk):
         i1 = min(sq, i0 + chunk)
         c = i1 - i0
+        # Keys past the last one this chunk's last row sees contribute nothing: leave them out.
+        n = min(sk, i1 + sk - sq) if causal else sk
+        if n <= 0:
+            o[:, i0:i1] = 0
+            lse[:, :, i0:i1] = float("-inf")
+            continue
         qc = q[:, i0:i1].to(compute_dtype).reshape(b, c, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * c, d)
-        s = torch.matmul(qc, kt.transpose(-1, -2)).float().mul_(scale)  # [B, Hkv, G*c, Sk]
+        s = torch.matmul(qc, kt[:, :, :n].transpose(-1, -2)).float().mul_(scale)  # [B, Hkv, G*c, n]
         if causal:
             rows = torch.arange(i0, i1, device=q.device) + (sk - sq)
-            hidden = (cols[None, :] > rows[:, None]).repeat(g, 1)  # [G*c, Sk]
+            hidden = (cols[None, :n] > rows[:, None]).repeat(g, 1)  # [G*c, n]
             s.masked_fill_(hidden, float("-inf"))
         lse_c = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s.sub_(lse_c.unsqueeze(-1)))
-        p = torch.nan_to_num_(p, nan=0.0)  # rows that see no key: exp(-inf - -inf)
-        out = torch.matmul(p.to(compute_dtype), vt).float()  # [B, Hkv, G*c, D]
+        p = torch.exp_(s.sub_(lse_c.unsqueeze(-1)))
+        if causal and sq > sk:
+            p = torch.nan_to_num_(p, nan=0.0)  # rows that see no key: exp(-inf - -inf)
+        out = torch.matmul(p.to(compute_dtype), vt[:, :, :n]).float()  # [B, Hkv, G*c, D]
         o[:, i0:i1] = out.reshape(b, hkv, g, c, d).permute(0, 3, 1, 2, 4).reshape(b, c, hq, d)
         lse[:, :, i0:i1] = lse_c.reshape(b, hkv, g, c).reshape(b, hq, c)
         del s, p, out

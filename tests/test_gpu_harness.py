@@ -1,0 +1,78 @@
+"""The harness on a real GPU: the starting kernels pass everything, every deliberately wrong kernel is
+rejected with the right verdict, and the harness stays healthy after crashes and hangs.
+
+Runs through the real CLI (`python -m harness eval … --json -`), one fresh process per evaluation.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels.suite import STANDALONE, load_mutations, read_standalone, wrong_kernels
+
+from harness.result import EvalResult
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSPACE = ROOT / "workspace"
+# Two timed scenarios (a long causal prefill and a decode) beside the correctness grid, which always runs:
+# enough for the timing-side cheats (hidden work, caching by pointer) to show.
+WRONG_KERNEL_SCENARIOS = "bf16-d128-b8-h16x16-s2048x2048-causal,bf16-d128-b32-h32x8-s1x8192"
+
+
+def harness_eval(kernel: Path, *args: str, timeout: float = 900) -> tuple[int, EvalResult | None, str]:
+    proc = subprocess.run([sys.executable, "-m", "harness", "eval", str(kernel), "--json", "-", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    result = EvalResult.from_json(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, result, proc.stderr
+
+
+@pytest.mark.parametrize("kernel", ["flash_fwd.cu", "rmsnorm.cu"])
+def test_starting_kernel_passes_the_full_evaluation(kernel):
+    rc, result, err = harness_eval(WORKSPACE / kernel)
+    assert result is not None, err
+    failed = [(s.id, s.verdict, s.detail) for s in result.scenarios if not s.correct]
+    assert rc == 0 and result.passed, (failed[:5], [c for c in result.checks if not c.ok], result.error)
+    assert all(s.speedup and s.speedup > 0 for s in result.timed)
+    assert result.geomean_speedup is not None and result.build.spills == 0
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory):
+    dst = tmp_path_factory.mktemp("wrong")
+    cases = wrong_kernels(dst)
+    for case in cases:
+        shutil.copy(WORKSPACE / "flash_fwd.toml", case.path.with_suffix(".toml"))
+    return {c.name: c for c in cases}
+
+
+def _observed(result: EvalResult) -> set[str]:
+    seen = {f"verdict:{s.verdict}" for s in result.scenarios if not s.correct}
+    seen |= {f"check:{c.name}" for c in result.checks if not c.ok}
+    if not result.build.ok:
+        seen.add("build")
+    return seen
+
+
+CASES = [m.name for m in load_mutations()] + [read_standalone(p).name for p in sorted(STANDALONE.glob("*.cu"))]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_wrong_kernel_is_rejected_with_the_right_verdict(name, suite_dir):
+    case = suite_dir[name]
+    rc, result, err = harness_eval(case.path, "--scenarios", WRONG_KERNEL_SCENARIOS, "--scenario-timeout", "20")
+    assert rc == 1, (rc, err[-2000:])
+    assert result is not None and not result.passed
+    observed = _observed(result)
+    assert observed & set(case.expect), f"{case.why}: expected one of {case.expect}, saw {sorted(observed)}"
+
+
+def test_harness_is_healthy_after_the_suite():
+    rc, result, err = harness_eval(WORKSPACE / "flash_fwd.cu", "--scenarios", "quick")
+    assert rc == 0 and result is not None and result.passed, err[-2000:]
