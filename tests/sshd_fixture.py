@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,14 +82,18 @@ class SshServer:
         )
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+class SshdUnavailable(Exception):
+    """sshd is not installed or did not start (the reason is the message)."""
+
+
+@contextmanager
+def running_sshd(root: Path) -> Iterator[SshServer]:
+    """An sshd on 127.0.0.1 with keys and configs under root, stopped on exit."""
     daemon = _tool("sshd")
     if daemon is None or _tool("ssh") is None or _tool("ssh-keygen") is None:
-        pytest.skip("OpenSSH (sshd, ssh, ssh-keygen) is not installed: run .ci/setup-ssh.sh")
+        raise SshdUnavailable("OpenSSH (sshd, ssh, ssh-keygen) is not installed: run .ci/setup-ssh.sh")
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
-    root = tmp_path_factory.mktemp("sshd")
     for key in ("host_key", "user_key", "other_key"):
         _keygen(root / key)
     (root / "authorized_keys").write_text((root / "user_key.pub").read_text())
@@ -110,9 +115,18 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         deadline = time.monotonic() + 10
         while "Server listening" not in (server.log.read_text() if server.log.exists() else ""):
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.skip(f"sshd did not start: {server.log.read_text() if server.log.exists() else proc.returncode}")
+                raise SshdUnavailable(f"sshd did not start: {server.log.read_text() if server.log.exists() else proc.returncode}")
             time.sleep(0.02)
         yield server
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    try:
+        with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+            yield server
+    except SshdUnavailable as exc:
+        pytest.skip(str(exc))

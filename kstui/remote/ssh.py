@@ -268,7 +268,9 @@ class SshExecutor:
         async with self._pool.lease() as devices:
             waited = time.monotonic() - asked
             remote = [
-                host.python, "-S", "-c", scripts.DRIVER_PY,  # -S: the driver needs only the stdlib host.python, host.cache, kernel.name, ksha, tsha,
+                # -S: the driver needs only the standard library, so it skips site-packages' start-up cost
+                host.python, "-S", "-c", scripts.DRIVER_PY,
+                host.python, host.cache, kernel.name, ksha, tsha,
                 "1" if check_gpu else "0", ",".join(map(str, devices)),
                 *harness_args("", scenarios, extra_args, devices)[2:],
             ]
