@@ -30,8 +30,7 @@ class BadInput(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
+        raise BadInput(message)  # one line (argparse's own error prints the usage too)
 
 
 def _run_parser(prog: str) -> _Parser:

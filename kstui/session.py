@@ -563,6 +563,9 @@ class Session:
             self.state.best_geomean, self.state.best_commit = best.geomean, best.sha
         self.state.mode = "manual" if self.agent is None else "agent"
         self._known_text = self._read_kernel()
+        # Watching starts before SessionStarted is announced: a save right after it is never missed.
+        self._watcher = FileWatcher(self.kernel, self._on_file_change)
+        self._watcher.start()
         self._emit(SessionStarted(
             session_id=self.state.session_id, kernel=str(self.kernel), mode=self.state.mode,  # type: ignore[arg-type]
             model=getattr(getattr(self.agent, "config", None), "model", None), branch=self.history.branch,
@@ -570,8 +573,6 @@ class Session:
         if self.config.manual and not self.config.no_agent:
             self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
                               level="warning"))
-        self._watcher = FileWatcher(self.kernel, self._on_file_change)
-        self._watcher.start()
 
     def _limit_reached(self) -> str | None:
         c, s = self.config, self.state
