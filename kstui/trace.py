@@ -16,11 +16,11 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from kstui.events import Accepted, Event, Rewound, SessionEnded, event_from_dict
+from kstui.events import Accepted, Event, Rewound, SessionEnded, TextDelta, ThinkingDelta, event_from_dict
 
 TRACE_NAME = "trace.jsonl"
 META_NAME = "meta.json"
@@ -28,6 +28,7 @@ REDACTED = "[redacted]"
 
 _SECRET_NAME = re.compile(r"(_KEY|_TOKEN)$|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
 _ANTHROPIC_KEY = r"sk-ant-[A-Za-z0-9_\-]{4,}"
+_PARTIAL_KEY = re.compile(r"(?:sk-an?|sk-ant|sk-ant-[A-Za-z0-9_\-]{0,3})$")  # a key's start, cut by a chunk
 # Below this length a secret is only redacted where a whole string equals it: replacing every
 # occurrence of a 4-character value inside tool output would mangle the trace for nothing.
 _MIN_SUBSTRING_SECRET = 8
@@ -47,10 +48,10 @@ class Scrubber:
         self.long_secrets = sorted((v for v in values if len(v) >= _MIN_SUBSTRING_SECRET), key=len, reverse=True)
         self.short_secrets = frozenset(v for v in values if len(v) < _MIN_SUBSTRING_SECRET)
         self._text_re = re.compile("|".join([re.escape(v) for v in self.long_secrets] + [_ANTHROPIC_KEY]))
-        # The same secrets as they appear inside a JSON line, for a one-pass check of a whole event.
-        in_json = [re.escape(_json_str(v)[1:-1]) for v in self.long_secrets]
-        in_json += [re.escape(_json_str(v)) for v in self.short_secrets]
-        self._json_re = re.compile("|".join(in_json + [_ANTHROPIC_KEY]))
+        # The same secrets as they appear inside a JSON line: plain substring tests (memchr-fast) tell
+        # whether a whole event needs the slow, structural scrub.
+        self._needles = [_json_str(v)[1:-1] for v in self.long_secrets]
+        self._needles += [_json_str(v) for v in self.short_secrets] + ["sk-ant-"]
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Scrubber:
@@ -62,6 +63,41 @@ class Scrubber:
         if value in self.short_secrets:
             return REDACTED
         return self._text_re.sub(REDACTED, value)
+
+    def seam(self, before: str, text: str) -> str:
+        """Scrub a streamed chunk against the chunk before it, so no secret survives a chunk boundary.
+
+        The head of `text` that completes a secret begun in `before` is redacted, and so is a tail that
+        may be the start of one (four characters or more): at most three characters of a secret leak.
+        """
+        combined, b = before + text, len(before)
+        head = 0
+        for m in self._text_re.finditer(combined):
+            if m.start() < b < m.end():
+                head = max(head, m.end() - b)
+        opened = self._open_secret(combined)
+        tail = len(text) if opened is None else max(opened - b, head)
+        if head == 0 and tail == len(text):
+            return text
+        return (REDACTED if head else "") + text[head:tail] + (REDACTED if tail < len(text) else "")
+
+    def _open_secret(self, s: str) -> int | None:
+        """Where an unfinished secret (its first four characters or more) runs to the end of s, if any."""
+        starts = []
+        partial = _PARTIAL_KEY.search(s)
+        if partial:
+            starts.append(partial.start())
+        for secret in self.long_secrets:
+            i = s.find(secret[:4], max(0, len(s) - len(secret) + 1))
+            while i != -1 and not secret.startswith(s[i:]):
+                i = s.find(secret[:4], i + 1)
+            if i != -1:
+                starts.append(i)
+        return min(starts) if starts else None
+
+    @property
+    def longest(self) -> int:
+        return len(self.long_secrets[0]) if self.long_secrets else 0
 
     def value(self, value: Any) -> Any:
         """Scrub every string in a JSON-like value, keys included."""
@@ -77,9 +113,10 @@ class Scrubber:
         """One JSON line with no secret in it; the common, clean case costs one regex search."""
         # ASCII-escaped JSON: the faster encoder, and a line any tool can read whatever its locale
         line = _dumps(data)
-        if self._json_re.search(line) is None:
-            return line
-        return _dumps(self.value(data))
+        for needle in self._needles:
+            if needle in line:
+                return _dumps(self.value(data))
+        return line
 
 
 def _json_str(value: str) -> str:
@@ -118,16 +155,29 @@ class TraceWriter:
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._scrubber = Scrubber.from_environ(extra=extra_secrets)
         self._fsync = fsync
+        # the last raw text of each streamed kind (type -> (turn, tail)), for secrets split across chunks
+        self._tails: dict[str, tuple[int, str]] = {}
+        self._keep = max(256, self._scrubber.longest + 8)
 
     def append(self, event: Event) -> None:
         if self._fd is None:
             raise ValueError(f"trace {self.path} is closed")
+        if isinstance(event, (TextDelta, ThinkingDelta)):
+            event = self._stitch(event)
         data = (self._scrubber.dumps(_event_dict(event)) + "\n").encode("utf-8", "surrogateescape")
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
         if self._fsync and isinstance(event, _DURABLE):
             os.fsync(self._fd)
+
+    def _stitch(self, event: TextDelta | ThinkingDelta) -> TextDelta | ThinkingDelta:
+        turn, tail = self._tails.get(event.type, (event.turn, ""))
+        if turn != event.turn:
+            tail = ""
+        self._tails[event.type] = (event.turn, (tail + event.text)[-self._keep:])
+        text = self._scrubber.seam(tail, event.text)
+        return event if text == event.text else replace(event, text=text)
 
     def close(self) -> None:
         if self._fd is None:

@@ -19,6 +19,7 @@ from kstui.events import (
     QuestionAsked,
     SessionStarted,
     TextDelta,
+    ThinkingDelta,
     ToolCallFinished,
     ToolCallStarted,
     event_from_dict,
@@ -114,6 +115,24 @@ def test_secrets_scrubbed_everywhere(tmp_path, secret_env):
     assert "hunter2 stays inside text" in back[2].output  # short secrets: whole-string matches only
     assert back[3].text == REDACTED
     assert back[4].text == "not-a-secret-value is an ordinary setting"  # names decide what is secret
+
+
+@pytest.mark.parametrize("secret", [ANTHROPIC, SECRET, "sk-ant-api03-" + "k" * 90])
+@pytest.mark.parametrize("chunk", [1, 3, 5, 17, 64])
+def test_secret_split_across_streamed_chunks(tmp_path, secret_env, secret, chunk):
+    path = tmp_path / "trace.jsonl"
+    text = f"Here it is: {secret} and then the rest of the reply, which is long enough."
+    with TraceWriter(path) as w:
+        for i in range(0, len(text), chunk):
+            w.append(TextDelta(turn=3, text=text[i:i + chunk]))
+            w.append(ThinkingDelta(turn=3, text=text[i:i + chunk]))  # an interleaved stream of its own
+    joined = "".join(e.text for e in read_trace(path) if isinstance(e, TextDelta))
+    # nothing but the first three characters of the secret may survive anywhere
+    raw = path.read_text()
+    for i in range(len(secret) - 3):
+        assert secret[i:i + 4] not in joined
+    assert secret[3:] not in raw.replace('"}\n{"', "")
+    assert joined.startswith("Here it is: ") and joined.endswith("which is long enough.")
 
 
 def test_scrubber_from_mapping():
