@@ -154,7 +154,10 @@ class Agent:
         try:
             while (item := await queue.get()) is not _END:
                 yield item
-            await task
+            if task.cancelled() and self._interrupted:  # interrupted before it sent anything
+                yield AssistantMessage(turn=turn, content=[], interrupted=True)
+            else:
+                await task
         finally:
             if not task.done():
                 task.cancel()
@@ -191,7 +194,7 @@ class Agent:
                     continue
                 except anthropic.APIStatusError as exc:
                     self._keep_partial(turn, emit)
-                    raise AgentError(_describe_status(exc)) from None
+                    raise AgentError(_describe_status(exc, retried=self._retries)) from None
                 except anthropic.APIConnectionError as exc:
                     raise AgentError(f"cannot reach the model API: {_one_line(exc)}") from None
                 self._account(message.model or self.config.model, message.usage, emit)
@@ -465,12 +468,13 @@ def _error_type(exc: anthropic.APIStatusError) -> str:
     return ""
 
 
-def _describe_status(exc: anthropic.APIStatusError) -> str:
+def _describe_status(exc: anthropic.APIStatusError, *, retried: int) -> str:
     kind = _error_type(exc) or type(exc).__name__
     body = exc.body if isinstance(exc.body, dict) else {}
     message = body.get("error", {}).get("message", "") if isinstance(body.get("error"), dict) else ""
     status = f"HTTP {exc.status_code} " if exc.status_code != 200 else ""
-    return f"the model API refused the request: {status}{kind}" + (f" ({_clip(message)})" if message else "")
+    what = f"the model API still failed after {retried} retries" if retried else "the model API refused the request"
+    return f"{what}: {status}{kind}" + (f" ({_clip(message)})" if message else "")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import typing
 
@@ -234,7 +235,7 @@ async def test_a_rejected_request_is_an_agent_error_without_retries():
 async def test_retries_run_out_into_an_agent_error():
     with MessagesServer([overloaded(), overloaded(), overloaded()]) as server:
         events = []
-        with pytest.raises(AgentError, match="overloaded"):
+        with pytest.raises(AgentError, match="after 2 retries: HTTP 529 overloaded_error"):
             async for event in make_agent(server, max_retries=2).stream_turn(USER, 1):
                 events.append(event)
         assert len(server.requests) == 3
@@ -285,6 +286,17 @@ async def test_interrupt_during_a_retry_wait_ends_the_turn():
     assert events[-1] == AssistantMessage(turn=1, content=[], interrupted=True, ts=events[-1].ts)
 
 
+async def test_interrupt_before_the_request_starts():
+    with MessagesServer([reply(text("unused"))]) as server:
+        agent = make_agent(server)
+        turn = agent.stream_turn(USER, 1)
+        first = asyncio.ensure_future(turn.__anext__())
+        await asyncio.sleep(0)  # the turn's task exists but has not run a step
+        agent.interrupt()
+        events = [await first] + [e async for e in turn]
+    assert events == [AssistantMessage(turn=1, content=[], interrupted=True, ts=events[0].ts)]
+
+
 def test_sendable_content_drops_what_an_interrupted_reply_cannot_carry():
     content = [
         {"type": "thinking", "thinking": "hm", "signature": "s"},
@@ -309,13 +321,17 @@ def long_conversation(pairs: int, result_size: int) -> list[dict]:
                 "content": [
                     {"type": "thinking", "thinking": "t" * 50, "signature": "s"},
                     {"type": "text", "text": f"step {i}"},
-                    {"type": "tool_use", "id": f"tu{i}", "name": "write_file", "input": {"path": "k.cu", "content": "x" * 2000}},
+                    {
+                        "type": "tool_use",
+                        "id": f"tu{i}",
+                        "name": "write_file",
+                        "input": {"path": "k.cu", "content": "x" * 2000},
+                    },
                 ],
             }
         )
-        messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu{i}", "content": "r" * result_size}]}
-        )
+        result = {"type": "tool_result", "tool_use_id": f"tu{i}", "content": "r" * result_size}
+        messages.append({"role": "user", "content": [result]})
     return messages
 
 

@@ -35,7 +35,8 @@ def _sse(raw: bytes) -> list[tuple[str, dict]]:
 
 
 def test_stream_event_order_and_deltas():
-    script = [reply(thinking("abcdef", chunks=3), text("hello", chunks=2), tool_use("bash", {"command": "ls"}, chunks=4))]
+    blocks = thinking("abcdef", chunks=3), text("hello", chunks=2), tool_use("bash", {"command": "ls"}, chunks=4)
+    script = [reply(*blocks)]
     with MessagesServer(script) as server:
         resp = _post(server, {"model": "m", "stream": True, "messages": []})
         assert resp.status == 200 and resp.getheader("content-type") == "text/event-stream"
