@@ -7,7 +7,8 @@ so it runs only on the events one would hate to lose (an accepted commit, a rewi
 close(). A torn last line is ignored by the reader and cut off by the next writer that appends.
 
 Secrets never reach the file: a Scrubber replaces environment secrets and Anthropic-shaped keys in
-every string of every event before it is serialised.
+every string of every event before it is serialised, and streamed text is also checked across chunk
+boundaries, so a key the model prints in pieces is redacted too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ TRACE_NAME = "trace.jsonl"
 META_NAME = "meta.json"
 REDACTED = "[redacted]"
 
-_SECRET_NAME = re.compile(r"(_KEY|_TOKEN)$|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN)$|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _ANTHROPIC_KEY = r"sk-ant-[A-Za-z0-9_\-]{4,}"
 _PARTIAL_KEY = re.compile(r"(?:sk-an?|sk-ant|sk-ant-[A-Za-z0-9_\-]{0,3})$")  # a key's start, cut by a chunk
 # Below this length a secret is only redacted where a whole string equals it: replacing every
@@ -107,10 +108,12 @@ class Scrubber:
             return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.value(v) for v in value]
+        if is_dataclass(value) and not isinstance(value, type):
+            return self.value(asdict(value))
         return value
 
     def dumps(self, data: dict[str, Any]) -> str:
-        """One JSON line with no secret in it; the common, clean case costs one regex search."""
+        """One JSON line with no secret in it; the common, clean case costs a few substring tests."""
         # ASCII-escaped JSON: the faster encoder, and a line any tool can read whatever its locale
         line = _dumps(data)
         for needle in self._needles:

@@ -136,7 +136,9 @@ def test_secret_split_across_streamed_chunks(tmp_path, secret_env, secret, chunk
 
 
 def test_scrubber_from_mapping():
-    s = Scrubber.from_environ({"GITHUB_TOKEN": "ghp_abcdefghijkl", "HOME": "/home/ghp_abcdefghijkl"})
+    s = Scrubber.from_environ({"GITHUB_TOKEN": "ghp_abcdefghijkl", "HOME": "/home/ghp_abcdefghijkl",
+                               "MONKEY": "plain-value-not-secret"})
+    assert s.text("plain-value-not-secret") == "plain-value-not-secret"  # MONKEY is not *_KEY
     assert s.text("x ghp_abcdefghijkl y") == f"x {REDACTED} y"
     assert s.value({"a": ["ghp_abcdefghijkl"]}) == {"a": [REDACTED]}
     assert s.dumps({"home": "/root"}) == '{"home": "/root"}'
