@@ -99,7 +99,7 @@ _ENTRY_LOOKUP = re.compile(r"\b(cudaGetDriverEntryPoint(?:ByVersion)?|cuGetProcA
 
 _VENDOR_IDENTIFIERS = re.compile(
     r"\b(?:(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|nccl|nvshmem)\w*|cutensor\w*|CUTENSOR_\w*"
-    r"|(?i:cutlass)\w*|cute|CUTE_\w+|(?i:torch)|ATen|c10|at(?=\s*::)|(?i:flash_attn)\w*|FLASH_NAMESPACE"
+    r"|(?i:cutlass)\w*|cute|CUTE_\w+|(?i:torch)|ATen|c10|(?i:flash_attn)\w*|FLASH_NAMESPACE"
     r"|(?i:triton)\w*)\b"
 )
 _VENDOR_HEADER_DIRS = frozenset({"cutlass", "cute", "torch", "aten", "c10", "flash_attn", "triton", "cudnn",
@@ -305,9 +305,10 @@ def _identifier_findings(scan: Scan) -> Iterable[Finding]:
             family, name = "runtime module loading", p.group(1)
         if family is not None and not _is_member_use(name, before):
             yield Finding("forbidden-call", scan.line(m.start()), f"{family}: {name}{scan.via}")
-        if (v := _VENDOR_IDENTIFIERS.fullmatch(name)) is not None and not before.endswith((".", "->")):
-            if not (name == "at" and before.endswith("::")):
-                yield Finding("vendor-library", scan.line(m.start()), f"vendor library identifier {v.group(0)}{scan.via}")
+        if re.search(r"(?:\.|->|\w\s*::)$", before):
+            continue  # a member or a nested name: only the outermost namespace says whose library it is
+        if _VENDOR_IDENTIFIERS.fullmatch(name) or (name == "at" and re.match(r"\s*::", code[m.end():m.end() + 16])):
+            yield Finding("vendor-library", scan.line(m.start()), f"vendor library identifier {name}{scan.via}")
 
 
 def _is_member_use(name: str, before: str) -> bool:
