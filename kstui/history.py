@@ -119,6 +119,8 @@ class History:
 
     def __init__(self, kernel: Path, branch: str | None = None) -> None:
         self.kernel = Path(kernel).resolve()
+        if not self.kernel.parent.is_dir():
+            raise HistoryError(f"{self.kernel.parent} is not a directory")
         self.repo = self._open_repo(self.kernel.parent)
         root = Path(self.repo.working_tree_dir or self.kernel.parent).resolve()
         try:

@@ -187,6 +187,12 @@ def test_no_repo_is_initialised_and_left_untouched(tmp_path):
     assert h.diff(sha).count("+new") == 1
 
 
+def test_kernel_in_a_missing_directory_is_an_error_not_a_new_repo(tmp_path):
+    with pytest.raises(HistoryError, match="not a directory"):
+        History(tmp_path / "nowhere" / "k.cu")
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_existing_repo_without_commits(tmp_path):
     repo = tmp_path / "empty"
     repo.mkdir()
