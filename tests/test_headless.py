@@ -1,0 +1,69 @@
+"""The headless printer: compact lines, streamed text joined into whole lines, the best result last."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from fakes import FakeExecutor, kernel_text, make_workspace
+from messages_server import MessagesServer, reply, text, tool_use
+
+from kstui.config import SessionConfig
+from kstui.events import Accepted, Rejected, TextDelta, ThinkingDelta, ToolCallStarted
+from kstui.headless import HeadlessPrinter, run_headless
+from kstui.session import Session
+
+
+def test_deltas_are_joined_into_lines() -> None:
+    out = io.StringIO()
+    p = HeadlessPrinter(out)
+    for chunk in ["Hel", "lo wo", "rld\nsecond ", "line"]:
+        p(TextDelta(turn=1, text=chunk))
+    p(ThinkingDelta(turn=1, text="hmm"))
+    p(ToolCallStarted(turn=1, call_id="c", name="read_file", input={"path": "k.cu"}))
+    assert out.getvalue().splitlines() == ["  Hello world", "  second line", "  ~ hmm", "tool read_file path=k.cu"]
+
+
+def test_accepted_and_rejected_lines() -> None:
+    out = io.StringIO()
+    p = HeadlessPrinter(out)
+    p(Accepted(eval_no=3, commit="0123456789abcdef", geomean=0.57, previous=0.41, correct=180, total=180,
+               message="k: 0.41x -> 0.57x geomean (180/180 correct)"))
+    p(Rejected(eval_no=4, reason="179/180 correct; s1: wrong", geomean=None))
+    assert out.getvalue().splitlines() == [
+        "ACCEPTED #3 01234567: 0.57x (was 0.41x) — k: 0.41x -> 0.57x geomean (180/180 correct)",
+        "rejected #4: 179/180 correct; s1: wrong",
+    ]
+
+
+def _config(kernel: Path, server: MessagesServer) -> SessionConfig:
+    return SessionConfig(kernel=kernel, workspace=kernel.parent, api_key="sk-ant-headless-test",
+                         base_url=server.url, thinking_budget=0)
+
+
+async def test_headless_session_prints_and_exits_zero_when_accepted(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    script = [reply(text("Measuring the kernel as it is.\nThen I improve it.", chunks=9), tool_use("evaluate", {})),
+              reply(text("Done."))]
+    with MessagesServer(script) as server:
+        out = io.StringIO()
+        code = await run_headless(Session.build(_config(kernel, server), FakeExecutor()), out)
+    lines = out.getvalue().splitlines()
+    assert code == 0
+    assert "  Measuring the kernel as it is." in lines and "  Then I improve it." in lines
+    assert any(line.startswith("ACCEPTED #1 ") for line in lines)
+    assert lines[-2] == "session ended: agent finished"
+    assert lines[-1].startswith("best: ") and "x geomean (4/4 correct), commit " in lines[-1]
+    assert "1 accepted in this session, 1 evaluations" in lines[-1]
+
+
+async def test_headless_exit_code_is_one_when_nothing_was_accepted(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    kernel.write_text(kernel_text(1.0, "// fake: build-error\n"))
+    with MessagesServer([reply(tool_use("evaluate", {})), reply(text("It does not build."))]) as server:
+        out = io.StringIO()
+        code = await run_headless(Session.build(_config(kernel, server), FakeExecutor()), out)
+    text_out = out.getvalue()
+    assert code == 1
+    assert "rejected #1: build failed: k.cu:4: expected a ';'" in text_out
+    assert text_out.splitlines()[-1] == "best: nothing accepted (1 evaluations)"

@@ -1,0 +1,42 @@
+"""End to end through the real harness CLI (`kstui eval --check-only`) via LocalExecutor: no GPU needed."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+from fakes import EventLog
+
+from harness.result import EvalResult
+from kstui.config import SessionConfig
+from kstui.events import Accepted, EvaluationFinished, Rejected, SessionStarted
+from kstui.executors import LocalExecutor
+from kstui.session import Session
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+async def test_kernel_that_fails_to_build_is_rejected_with_the_compiler_error(tmp_path: Path) -> None:
+    kernel = tmp_path / "ws" / "broken.cu"
+    kernel.parent.mkdir()
+    kernel.write_text('#include <cuda_runtime.h>\nextern "C" int kstui_attention_fwd() {\n  return 0\n}\n')
+    kernel.with_suffix(".toml").write_text('task = "attention"\n')
+    config = SessionConfig(kernel=kernel, workspace=kernel.parent, no_agent=True, eval_args=("--check-only",))
+    session = Session(config, executor=LocalExecutor(timeout_s=600), agent=None)
+    log = EventLog()
+    session.subscribe(log)
+    task = asyncio.create_task(session.run())
+    await log.wait_for(SessionStarted)
+    await session.evaluate_now()
+    await session.stop()
+    await asyncio.wait_for(task, 30)
+
+    finished = log.of(EvaluationFinished)
+    assert len(finished) == 1 and finished[0].error is None and finished[0].where == "local"
+    result = EvalResult.from_dict(finished[0].result)
+    assert result.build.ok is False and result.build.errors and not result.passed
+    assert result.build.errors[0].line in (3, 4)
+    rejected = log.of(Rejected)
+    assert len(rejected) == 1 and rejected[0].reason.startswith("build failed: ")
+    assert log.of(Accepted) == [] and session.history.entries() == []
