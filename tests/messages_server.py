@@ -234,7 +234,9 @@ class MessagesServer:
         self.sent_usage: list[ServerUsage] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="messages-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="messages-server", daemon=True
+        )  # a short poll interval, so that stop() returns at once
 
     @property
     def url(self) -> str:
