@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import typing
+from pathlib import Path
 
 import anthropic
 import pytest
@@ -25,6 +26,8 @@ from messages_server import (
 from kstui.agent import COMPACTED_MARK, DEFAULT_MODEL, Agent, AgentConfig, AgentError, sendable_content
 from kstui.events import AssistantMessage, ContextTrimmed, Notice, Retry, TextDelta, ThinkingDelta, Usage
 from kstui.pricing import CACHE_WRITE_5M, MODELS, RequestTokens, request_cost
+from kstui.prompts import system_prompt
+from kstui.tools import Toolbox
 
 TOOLS = [
     {"name": "read_file", "description": "read", "input_schema": {"type": "object", "properties": {}}},
@@ -373,3 +376,52 @@ async def test_no_compaction_below_the_threshold_and_estimate_follows_reported_u
         assert agent.estimate_tokens(grown) >= 170_000  # the reported prompt, not a character count
         _, trimmed = agent.compact(grown, kernel_text="k", best_summary="b")
         assert trimmed is not None and trimmed.tokens_before >= 170_000
+
+
+# ---- the tool loop and the prompt ----
+
+
+async def test_a_tool_loop_with_a_hostile_call_goes_on(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "k.cu").write_text("__global__ void k() {}\n")
+
+    async def evaluate(scenarios: str) -> str:
+        return "12/12 correct"
+
+    box = Toolbox(workspace, Path("k.cu"), evaluate=evaluate)
+
+    def script(body: dict, index: int):
+        if index == 0:
+            return reply(tool_use("read_file", {"path": "../../etc/passwd"}), tool_use("read_file", {"path": "k.cu"}))
+        results = [b for b in body["messages"][-1]["content"] if b["type"] == "tool_result"]
+        return reply(text(f"{len(results)} results, {sum(bool(r.get('is_error')) for r in results)} refused"))
+
+    with MessagesServer(script) as server:
+        prompt = system_prompt("k.cu", str(workspace))
+        agent = Agent(AgentConfig(base_url=server.url), prompt, box.definitions(), api_key="k")
+        messages = list(USER)
+        reply_ = (await collect(agent, messages))[-1]
+        messages.append({"role": "assistant", "content": sendable_content(reply_.content, interrupted=False)})
+        results = []
+        for block in reply_.content:
+            outcome = await box.run(block["name"], block["input"])
+            result = {"type": "tool_result", "tool_use_id": block["id"], "content": outcome.text}
+            results.append({**result, "is_error": outcome.is_error})
+        messages.append({"role": "user", "content": results})
+        final = (await collect(agent, messages, turn=2))[-1]
+        sent = server.requests[1].body["messages"][-1]["content"]
+    assert final.content[0]["text"] == "2 results, 1 refused"
+    assert sent[0]["is_error"] and "outside the workspace" in sent[0]["content"]
+    assert sent[1]["content"] == "__global__ void k() {}\n" and not sent[1]["is_error"]
+    assert [t["name"] for t in server.requests[0].body["tools"]] == [d["name"] for d in box.definitions()]
+
+
+def test_the_system_prompt_states_the_goal_and_equips_nothing():
+    prompt = system_prompt("flash_fwd.cu", "/work/ws")
+    for needed in ("flash_fwd.cu", "faster", "correct on every", "evaluate", "committed", "question"):
+        assert needed in prompt
+    lowered = prompt.lower()
+    for advice in ("tensor core", "shared memory", "wmma", "softmax", "tiling", "cutlass", "flashattention", "ptx"):
+        assert advice not in lowered  # Ask, Don't Equip: no operator-specific advice
+    assert len(prompt) < 2000
