@@ -331,7 +331,8 @@ _UNDO_RE = re.compile(
 _BARE_VERB = re.compile(r"(?:reach|reaching|hit|hitting|approaching|saturat\w*)\b", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r"[,;:()\u2014]|\s-{1,2}\s|\b(?:but|however|although|though|and|whereas|while)\b",
                            re.IGNORECASE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n|\n(?=\s*[-*\d])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
+_MAX_SENTENCE = 600
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 
@@ -344,9 +345,9 @@ def find_limit_claim(text: str) -> str | None:
     """
     prose = _INLINE_CODE.sub(" ", _FENCE.sub(" ", text))
     for sentence in _SENTENCE_END.split(prose):
-        sentence = " ".join(sentence.split())
-        if not sentence or sentence.endswith("?"):
-            continue
+        sentence = " ".join(sentence.split()).lstrip("-*>• ")  # markdown bullets and quotes
+        if not sentence or sentence.endswith("?") or len(sentence) > _MAX_SENTENCE:
+            continue  # a "sentence" that long is a log or a listing, not a claim
         for match in _CLAIM_RE.finditer(sentence):
             if not _undone(sentence, match.start(), match.group(0)):
                 return sentence

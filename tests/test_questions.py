@@ -364,3 +364,10 @@ def test_claim_sentence_is_extracted_from_a_longer_reply():
     text = ("I profiled the kernel again. Is it at the limit? The L2 hit rate is high.\n\n"
             "Looking at the numbers, we have hit the ceiling for this shape. Next I will clean up.")
     assert find_limit_claim(text) == "Looking at the numbers, we have hit the ceiling for this shape."
+
+
+def test_claims_in_markdown_lists_and_logs():
+    reply = "Summary:\n- Loads are coalesced\n- We are at the hardware limit\n* next: clean up\n"
+    assert find_limit_claim(reply) == "We are at the hardware limit"
+    log = "ptxas info: " + "x " * 2000 + "at the hardware limit"  # one 4 KB line of a log, not prose
+    assert find_limit_claim(log) is None
