@@ -175,7 +175,10 @@ class Toolbox:
         lexical = Path(os.path.normpath(candidate))
         if not lexical.is_relative_to(self.workspace):
             raise ToolError(f"{raw} is outside the workspace {self.workspace}; every path must stay inside it")
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+        except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+            raise ToolError(f"{raw} is a symlink loop") from None
         if not resolved.is_relative_to(self.workspace):
             raise ToolError(f"{raw} leads out of the workspace through a symlink (to {resolved}); refused")
         for path in (lexical, resolved):

@@ -150,8 +150,12 @@ async def test_bad_input_is_a_one_line_error_never_an_exception(workspace, name,
     assert_refused(await make_box(workspace).run(name, input), words)
 
 
-async def test_non_dict_input_and_binary_files(workspace):
+async def test_non_dict_input_binary_files_and_symlink_loops(workspace):
     box = make_box(workspace)
+    (workspace / "loop_a").symlink_to(workspace / "loop_b")
+    (workspace / "loop_b").symlink_to(workspace / "loop_a")
+    out = await run(box, "read_file", path="loop_a")
+    assert out.is_error and "\n" not in out.text
     assert_refused(await box.run("read_file", ["k.cu"]), "JSON object")  # type: ignore[arg-type]
     (workspace / "blob.bin").write_bytes(b"\xff\xfe\x00abc")
     assert_refused(await run(box, "edit_file", path="blob.bin", old_string="abc", new_string="x"), "UTF-8")
