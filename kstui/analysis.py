@@ -52,7 +52,7 @@ class KindTotal:
     largest: float
 
 
-def analyze(events: Iterable[Event]) -> list[GainRow]:
+def analyse(events: Iterable[Event]) -> list[GainRow]:
     """One row per Accepted event, in order."""
     rows: list[GainRow] = []
     window: list[tuple[int, QuestionAsked]] = []  # (position, question) since the last accepted commit
@@ -85,8 +85,8 @@ def analyze(events: Iterable[Event]) -> list[GainRow]:
     return rows
 
 
-def analyze_trace(path: Path) -> list[GainRow]:
-    return analyze(read_trace(path))
+def analyse_trace(path: Path) -> list[GainRow]:
+    return analyse(read_trace(path))
 
 
 def totals_by_kind(rows: Iterable[GainRow]) -> list[KindTotal]:

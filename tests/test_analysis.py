@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kstui.analysis import NO_QUESTION, UNCLASSIFIED, analyze, analyze_trace, format_table, totals_by_kind
+from kstui.analysis import NO_QUESTION, UNCLASSIFIED, analyse, analyse_trace, format_table, totals_by_kind
 from kstui.events import (
     Accepted,
     EvaluationFinished,
@@ -71,7 +71,7 @@ def test_each_gain_credited_to_the_last_question_in_its_window(tmp_path):
     with TraceWriter(path) as w:
         for e in s.events:
             w.append(e)
-    rows = analyze_trace(path)
+    rows = analyse_trace(path)
     assert [r.eval_no for r in rows] == [1, 4, 5, 7, 8]
     assert [r.question_id for r in rows] == [None, "which-number", None, None, "where-operands-live"]
     assert [r.kind_label for r in rows] == [NO_QUESTION, "limit", NO_QUESTION, UNCLASSIFIED, "layer"]
@@ -80,11 +80,11 @@ def test_each_gain_credited_to_the_last_question_in_its_window(tmp_path):
     assert rows[4].question_source == "self"
     assert rows[0].gain is None
     assert rows[1].previous == 0.41 and rows[1].gain == pytest.approx(0.57 / 0.41)
-    assert analyze(s.events) == rows  # the file and the stream agree
+    assert analyse(s.events) == rows  # the file and the stream agree
 
 
 def test_totals_per_kind_shares_add_up():
-    rows = analyze(session().events)
+    rows = analyse(session().events)
     totals = {t.kind: t for t in totals_by_kind(rows)}
     assert set(totals) == {"limit", "layer", NO_QUESTION, UNCLASSIFIED}
     assert totals["limit"].gains == 1 and totals["limit"].product == pytest.approx(0.57 / 0.41)
@@ -100,11 +100,11 @@ def test_rewind_clears_the_window():
     s.ask("asked before the rewind", "layer")
     s.events.append(Rewound(to_commit="a", new_commit="b"))
     s.evaluate(0.6, True)
-    assert analyze(s.events)[1].question is None
+    assert analyse(s.events)[1].question is None
 
 
 def test_format_table():
-    text = format_table(analyze(session().events))
+    text = format_table(analyse(session().events))
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["eval", "commit", "geomean", "gain"]
     row = next(line for line in lines if "which-number" in line or "Which number" in line)
