@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import harness
+import harness.result
 from harness.result import EvalResult, SchemaError
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -287,7 +287,7 @@ def pool_for(devices: Sequence[int] | None, parallelism: int = 1) -> DevicePool:
 def _harness_env() -> dict[str, str]:
     """The environment for a harness subprocess: ours, with our own harness package first on the path."""
     env = dict(os.environ)
-    root = str(Path(harness.__file__).resolve().parent.parent)
+    root = str(Path(harness.result.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     return env
 

@@ -94,6 +94,7 @@ def running_sshd(root: Path) -> Iterator[SshServer]:
         raise SshdUnavailable("OpenSSH (sshd, ssh, ssh-keygen) is not installed: run .ci/setup-ssh.sh")
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+    root.mkdir(parents=True, exist_ok=True)
     for key in ("host_key", "user_key", "other_key"):
         _keygen(root / key)
     (root / "authorized_keys").write_text((root / "user_key.pub").read_text())
