@@ -103,12 +103,15 @@ async def test_reuses_the_connection_and_sends_only_new_content(
 
 async def test_close_stops_the_master(sshd: SshServer, harness_python: str, kernel: Path, tmp_path: Path) -> None:
     ex = sshd.executor(harness_python, tmp_path / "remote")
-    await ex.evaluate(kernel, extra_args=["--check-only"])
-    control = ex._control_dir
-    assert control is not None and any(Path(control).iterdir())
-    check = ex._ssh("-O", "check", "--", ex.target.destination)
-    assert subprocess.run(check, capture_output=True).returncode == 0
-    await ex.close()
+    try:
+        await ex.evaluate(kernel, extra_args=["--check-only"])
+        control = ex._control_dir
+        assert control is not None and any(Path(control).iterdir())
+        check = ex._ssh("-O", "check", "--", ex.target.destination)
+        assert subprocess.run(check, capture_output=True).returncode == 0
+    finally:
+        await ex.close()
+    assert subprocess.run(check, capture_output=True).returncode != 0  # the master is gone
     assert not Path(control).exists()
     await ex.close()  # idempotent
 
