@@ -36,6 +36,7 @@ from harness.result import Check
 
 _EXPANDED = " (after macro expansion)"
 SOURCE_CHECKS = ("single-file", "vendor-library", "forbidden-call")
+BINARY_CHECKS = ("entry-point", "imported-symbols", "exported-symbols")
 MAX_FINDINGS = 12  # per check, in the detail
 
 # ---------------------------------------------------------------------------------------------------
@@ -52,18 +53,25 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "execl", "execle", "execlp", "execv", "execve", "execvp", "execvpe", "execveat", "fexecve",
         "wordexp", "daemon", "__libc_system",
     ),
+    # A kernel that signals or kills the harness, or hooks its signals, attacks the judge itself.
+    "signals and other processes": (
+        "kill", "killpg", "tgkill", "tkill", "getppid", "sigaction", "signal", "sigset", "alarm", "setitimer",
+        "prctl",
+    ),
     "file I/O": (
         "fopen", "fopen64", "freopen", "freopen64", "fdopen", "tmpfile", "tmpfile64", "open", "open64",
         "openat", "openat64", "__open_2", "__open64_2", "__openat_2", "creat", "creat64", "opendir",
         "fdopendir", "mkstemp", "mkostemp", "mkfifo", "unlink", "unlinkat", "truncate", "memfd_create",
         "ifstream", "ofstream", "fstream", "basic_ifstream", "basic_ofstream", "basic_fstream",
-        "basic_filebuf", "filebuf", "wifstream", "wofstream", "wfstream", "filesystem",
+        "basic_filebuf", "filebuf", "wifstream", "wofstream", "wfstream", "filesystem", "remove", "rename",
+        "renameat", "renameat2", "rmdir", "mkdir", "mkdirat", "symlink", "chmod", "chdir",
     ),
     "sockets": (
         "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "getaddrinfo",
         "gethostbyname", "sendto", "recvfrom", "sendmsg", "recvmsg",
     ),
-    "environment": ("getenv", "secure_getenv", "__secure_getenv", "environ", "__environ", "_environ"),
+    "environment": ("getenv", "secure_getenv", "__secure_getenv", "environ", "__environ", "_environ", "setenv",
+                    "putenv", "unsetenv", "clearenv"),
     "raw system calls and code injection": (
         "syscall", "ptrace", "process_vm_readv", "process_vm_writev", "mprotect", "pkey_mprotect", "mmap",
         "mmap64",
@@ -77,9 +85,14 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
 _FORBIDDEN: dict[str, str] = {name: family for family, names in _FAMILIES.items() for name in names}
 # Versioned variants of the module-loading API (cuModuleLoadDataEx_v2, PFN_cuLinkAddFile_v12000, ...).
 _FORBIDDEN_PATTERN = re.compile(r"(?:PFN_)?(cu(?:da)?(?:ModuleLoad|LibraryLoad|Link(?:Create|Add|Complete))\w*)")
+# The runtime's registration internals, in the source only (nvcc's own stub imports them): a fatbin
+# registered by hand runs code that was not compiled from this file.
+_REGISTRATION = re.compile(r"__cuda(?:Register|Unregister|InitModule|PushCallConfiguration|PopCallConfiguration)\w*"
+                           r"|__fatbinwrap\w*|__nv_fatb\w*|__nv_module_id\w*")
 # Names common enough as members or methods that `x.open(...)` is not a call of libc's open.
 _GENERIC = frozenset({"open", "creat", "bind", "connect", "listen", "accept", "system", "fork", "clone",
-                      "socket", "truncate", "unlink", "filesystem", "daemon", "environ"})
+                      "socket", "truncate", "unlink", "filesystem", "daemon", "environ", "remove", "rename",
+                      "kill", "signal", "alarm", "mkdir", "chmod", "chdir"})
 # Distinctive enough to reject when a string literal names them (asm labels, entry-point lookups).
 _NAMED_IN_STRING = re.compile(
     r"\b(dl(?:m?open|v?sym|close|info|addr)|__libc_\w+|popen|posix_spawnp?|exec(?:[lv]p?e?|veat)|fexecve"
@@ -95,12 +108,27 @@ _HOST_ASM = re.compile(
 )
 _LOAD_TIME_ATTRIBUTES = frozenset({"constructor", "destructor", "ifunc", "section"})
 _MANGLED_FILE_IO = ("basic_ifstream", "basic_ofstream", "basic_fstream", "basic_filebuf", "10filesystem")
+# Driver functions a kernel may look up by name (TMA descriptors, attributes, launches); never a loader,
+# and never cuGetProcAddress itself, which would hand out every other function.
+_ENTRY_POINT_ALLOWED = re.compile(
+    r"cu(?:TensorMap\w*|GetErrorString|GetErrorName|DriverGetVersion|DeviceGet\w*|DeviceCanAccessPeer"
+    r"|DevicePrimaryCtxGetState|CtxGet\w*|CtxSynchronize|FuncSetAttribute|FuncGetAttribute|FuncSetCacheConfig"
+    r"|FuncSetSharedMemConfig|FuncGetName|LaunchKernel(?:Ex)?|LaunchCooperativeKernel|PointerGetAttributes?"
+    r"|StreamGet\w*|StreamSynchronize|StreamWaitEvent|EventRecord(?:WithFlags)?|OccupancyMax\w*"
+    r"|OccupancyAvailableDynamicSMemPerBlock|KernelGetAttribute|KernelSetAttribute|KernelGetFunction"
+    r"|MemsetD\w*|MemcpyAsync|MemcpyDtoDAsync)(?:_v\d+)?(?:_ptsz|_ptds)?"
+)
 _ENTRY_LOOKUP = re.compile(r"\b(cudaGetDriverEntryPoint(?:ByVersion)?|cuGetProcAddress(?:_v\d+)?)\b")
 
 _VENDOR_IDENTIFIERS = re.compile(
     r"\b(?:(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|nccl|nvshmem)\w*|cutensor\w*|CUTENSOR_\w*"
     r"|(?i:cutlass)\w*|cute|CUTE_\w+|(?i:torch)|ATen|c10|(?i:flash_attn)\w*|FLASH_NAMESPACE"
     r"|(?i:triton)\w*)\b"
+)
+# A symbol or library file name in a string: "cublasLtMatmul", "libcudnn.so.9", "/opt/libtorch_cuda.so".
+_VENDOR_IN_STRING = re.compile(
+    r"(?:\b|(?<=lib))(?:(?i:cublas|cudnn|cufft|cusparse|cusolver|nvrtc|nvjitlink|nccl|nvshmem|cutlass|torch|flash_attn"
+    r"|triton)\w*|cutensor\w*|c10\w*|cute\b)"
 )
 _VENDOR_HEADER_DIRS = frozenset({"cutlass", "cute", "torch", "aten", "c10", "flash_attn", "triton", "cudnn",
                                  "cublas", "nvshmem", "nccl", "cutensor"})
@@ -303,6 +331,8 @@ def _identifier_findings(scan: Scan) -> Iterable[Finding]:
         family = _FORBIDDEN.get(name)
         if family is None and (p := _FORBIDDEN_PATTERN.fullmatch(name)) is not None:
             family, name = "runtime module loading", p.group(1)
+        if family is None and _REGISTRATION.fullmatch(name):
+            family = "runtime module loading"
         if family is not None and not _is_member_use(name, before):
             yield Finding("forbidden-call", scan.line(m.start()), f"{family}: {name}{scan.via}")
         if re.search(r"(?:\.|->|\w\s*::)$", before):
@@ -347,7 +377,7 @@ def _string_findings(scan: Scan) -> Iterable[Finding]:
             yield Finding("forbidden-call", line, f"a string names {symbol}{scan.via}")
         if (m := _FILE_IN_STRING.search(value)) is not None:
             yield Finding("forbidden-call", line, f"a string names a library or binary file ({m.group(0)}){scan.via}")
-        if (v := _VENDOR_IDENTIFIERS.search(value)) is not None and re.fullmatch(r"[\w.:/-]+", value.strip()):
+        if (v := _VENDOR_IN_STRING.search(value)) is not None and re.fullmatch(r"[\w.:/+-]+", value.strip()):
             yield Finding("vendor-library", line, f"a string names {v.group(0)}{scan.via}")
 
 
@@ -391,12 +421,16 @@ def _entry_lookup_findings(scan: Scan) -> Iterable[Finding]:
     """Driver entry points may be looked up only by a literal name, and never a loader's."""
     lexed = scan.lexed
     starts = {lit.start: lit for lit in lexed.literals}
+    runs = dict(_string_runs(lexed))
     for m in _ENTRY_LOOKUP.finditer(lexed.code):
         after = re.compile(r"\s*\(\s*").match(lexed.code, m.end())
         lit = starts.get(after.end()) if after else None
         if lit is None:
             yield Finding("forbidden-call", scan.line(m.start()),
                           f"{m.group(1)} without a string literal name (a name built at run time could load code){scan.via}")
+        elif not _ENTRY_POINT_ALLOWED.fullmatch(name := runs.get(lit.start, lit.value)):
+            yield Finding("forbidden-call", scan.line(m.start()),
+                          f"{m.group(1)}({name!r}): not a driver function a kernel may look up{scan.via}")
 
 
 def _directive_findings(scan: Scan, toolkit: list[Path] | None) -> Iterable[Finding]:
@@ -607,7 +641,7 @@ def _snippet(lines: list[str], line: int) -> str:
 
 
 def binary_checks(library: Path, entry_symbols: Sequence[str]) -> list[Check]:
-    """entry-point and imported-symbols, from the library's dynamic symbol table.
+    """entry-point, imported-symbols and exported-symbols, from the library's dynamic symbol table.
 
     Without nm both checks fail, saying so: a library the judge could not inspect is not accepted.
     """
@@ -617,7 +651,7 @@ def binary_checks(library: Path, entry_symbols: Sequence[str]) -> list[Check]:
         imported = dynamic_symbols(library, defined=False)
     except ToolError as exc:
         detail = f"{exc}: the library's symbols could not be inspected, so it is not accepted"
-        return [Check("entry-point", False, detail), Check("imported-symbols", False, detail)]
+        return [Check(name, False, detail) for name in BINARY_CHECKS]
 
     functions = {name for kind, name in defined if kind in EXPORTED_FUNCTION_KINDS}
     others = {name: kind for kind, name in defined if kind not in EXPORTED_FUNCTION_KINDS}
@@ -631,13 +665,33 @@ def binary_checks(library: Path, entry_symbols: Sequence[str]) -> list[Check]:
             problems.append(f"{symbol} is not exported with C linkage (declare it extern \"C\")")
     entry = Check("entry-point", not problems, "; ".join(problems))
 
-    bad = sorted({f"{name} ({family})" for name in {n for _, n in imported}
-                  if (family := imported_symbol_family(name)) is not None})
+    bad = sorted({f"{name} ({family})" for kind, name in imported
+                  if (family := imported_symbol_family(name, weak=kind in "wv")) is not None})
     imports = Check("imported-symbols", not bad, ("imports " + ", ".join(bad)) if bad else "")
-    return [entry, imports]
+
+    shadowing = sorted(name for kind, name in defined if name not in entry_symbols and _shadows_a_library(name))
+    exports = Check("exported-symbols", not shadowing,
+                    ("defines " + ", ".join(shadowing) + ", which belong to the CUDA or system libraries")
+                    if shadowing else "")
+    return [entry, imports, exports]
 
 
-def imported_symbol_family(name: str) -> str | None:
+# Weak imports resolve to whatever the process has loaded (torch brings cuBLAS and cuDNN along), so
+# only the ones every C++ shared library carries are allowed.
+_ALLOWED_WEAK = re.compile(r"_ITM_deregisterTMCloneTable|_ITM_registerTMCloneTable|__gmon_start__|__cxa_finalize"
+                           r"|_Jv_RegisterClasses|__?pthread_\w+")
+# An export with one of these names could stand in for the real function (the harness's timing calls,
+# the allocator, the clock) wherever the library is loaded with global symbols.
+_SHADOWED = re.compile(r"cuda\w+|cu[A-Z]\w*|__cuda\w+|nccl\w+|cublas\w*|cudnn\w*|(?:malloc|calloc|realloc|free"
+                       r"|memcpy|memmove|memset|clock_gettime|gettimeofday|time|clock|nanosleep|usleep|sleep"
+                       r"|sched_yield|pthread_\w+|dlopen|dlsym|abort|exit|_exit|atexit|__cxa_\w+|__libc_\w+)")
+
+
+def _shadows_a_library(name: str) -> bool:
+    return _SHADOWED.fullmatch(name) is not None or name in _FORBIDDEN
+
+
+def imported_symbol_family(name: str, *, weak: bool = False) -> str | None:
     """The forbidden family an imported symbol belongs to, or None."""
     if name in _FORBIDDEN:
         return _FORBIDDEN[name]
@@ -645,4 +699,8 @@ def imported_symbol_family(name: str) -> str | None:
         return "runtime module loading"
     if name.startswith("_Z") and any(part in name for part in _MANGLED_FILE_IO):
         return "file I/O"
+    if _VENDOR_IN_STRING.match(name):
+        return "vendor library"
+    if weak and not _ALLOWED_WEAK.fullmatch(name):
+        return "weak import, resolved from whatever the process has loaded"
     return None

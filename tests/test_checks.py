@@ -112,6 +112,19 @@ HIDDEN_DLOPEN = textwrap.dedent(
 )
 
 
+# Exports a data symbol, resolves two symbols from whatever the process has loaded (weak imports) and
+# defines the harness's own timing call.
+IMPOSTOR = textwrap.dedent(
+    """\
+    extern "C" int kstui_data_symbol = 1;
+    extern "C" __attribute__((weak)) int cudnnCreate(void**);
+    extern "C" __attribute__((weak)) int kstui_mystery(void);
+    extern "C" cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 1e-3f; return cudaSuccess; }
+    extern "C" int kstui_second_entry() { return (cudnnCreate ? cudnnCreate(nullptr) : 0) + (kstui_mystery ? 1 : 0); }
+    """
+)
+
+
 def _checks(tmp_path: Path, text: str, options: BuildOptions | None = None, name: str = "kernel.cu") -> dict:
     path = tmp_path / name
     path.write_text(text)
@@ -167,6 +180,7 @@ def test_clean_kernel_builds_and_passes_binary_checks(tmp_path):
     checks = {c.name: c for c in binary_checks(library, ["kstui_test_entry"])}
     assert checks["entry-point"].ok, checks["entry-point"].detail
     assert checks["imported-symbols"].ok, checks["imported-symbols"].detail
+    assert checks["exported-symbols"].ok, checks["exported-symbols"].detail
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -206,6 +220,21 @@ FORBIDDEN_CALLS = {
     "syscall": "long r = syscall(39);",
     "ptrace": "ptrace(0, 0, nullptr, nullptr);",
     "mprotect": "mprotect(nullptr, 4096, 7);",
+    "kill the parent": "kill(getppid(), 9);",
+    "signal handler": "signal(11, nullptr);",
+    "sigaction": "struct sigaction sa; sigaction(11, &sa, nullptr);",
+    "alarm": "alarm(1);",
+    "setenv": 'setenv("CUDA_VISIBLE_DEVICES", "1", 1);',
+    "remove a file": 'std::remove("/tmp/baselines.json");',
+    "rename a file": 'rename("/tmp/a", "/tmp/b");',
+    "hand-registered fatbin": "void** h = __cudaRegisterFatBinary(nullptr);",
+    "entry point of cuGetProcAddress":
+        'void* fn; cudaDriverEntryPointQueryResult q; '
+        'cudaGetDriverEntryPoint("cuGetProcAddress", &fn, cudaEnableDefault, &q);',
+    "entry point by version of a loader":
+        'void* fn; cudaDriverEntryPointQueryResult q; '
+        'cudaGetDriverEntryPointByVersion("cuLibraryLoadData", &fn, 12000, cudaEnableDefault, &q);',
+    "entry point taken by address": "auto lookup = &cudaGetDriverEntryPoint;",
     "constructor attribute": "__attribute__((constructor)) static void early() {}",
     "destructor attribute": "__attribute__((destructor)) static void late() {}",
     "constructor with priority": "__attribute__ ((__constructor__(101))) static void early() {}",
@@ -468,7 +497,7 @@ def hidden_dlopen_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("nvcc not found")
     root = tmp_path_factory.mktemp("hidden")
     source = root / "kernel.cu"
-    source.write_text(HIDDEN_DLOPEN + 'extern "C" int kstui_data_symbol = 1;\n')
+    source.write_text(HIDDEN_DLOPEN + IMPOSTOR)
     report, library = build(source, ["kstui_test_entry"], BuildOptions(arch="sm_90a", cache_dir=root / "cache"))
     assert report.ok, report.log
     return library
@@ -480,6 +509,11 @@ def test_binary_checks_catch_dlopen_hidden_behind_macros(tmp_path, hidden_dlopen
     assert checks["entry-point"].ok
     assert not checks["imported-symbols"].ok
     assert "dlopen" in checks["imported-symbols"].detail
+    assert "cudnnCreate (vendor library)" in checks["imported-symbols"].detail
+    assert "kstui_mystery (weak import" in checks["imported-symbols"].detail
+    assert not checks["exported-symbols"].ok
+    assert "cudaEventElapsedTime" in checks["exported-symbols"].detail
+    assert "kstui_second_entry" not in checks["exported-symbols"].detail
     # The source check sees it too, after macro expansion.
     (tmp_path / "kernel.cu").write_text(HIDDEN_DLOPEN)
     detail = {c.name: c for c in source_checks(tmp_path / "kernel.cu")}["forbidden-call"].detail
@@ -498,7 +532,8 @@ def test_entry_point_must_be_a_c_function(hidden_dlopen_library):
 def test_without_nm_the_binary_checks_fail_and_say_why(hidden_dlopen_library, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     checks = binary_checks(hidden_dlopen_library, ["kstui_test_entry"])
-    assert [c.ok for c in checks] == [False, False]
+    assert [c.name for c in checks] == ["entry-point", "imported-symbols", "exported-symbols"]
+    assert [c.ok for c in checks] == [False, False, False]
     assert all("nm (binutils) not found" in c.detail for c in checks)
 
 
@@ -514,7 +549,17 @@ def test_without_nm_the_binary_checks_fail_and_say_why(hidden_dlopen_library, mo
         ("_ZNSt10filesystem12current_pathB5cxx11Ev", "file I/O"),
         ("cudaGetLastError", None), ("__cudaRegisterFatBinary", None), ("__cxa_atexit", None),
         ("memcpy", None), ("printf", None), ("_ZNSt8ios_base4InitC1Ev", None), ("cudaGetDriverEntryPoint", None),
+        ("cudnnCreate", "vendor library"), ("cublasLtMatmul", "vendor library"), ("kill", "signals and other processes"),
+        ("__cudaRegisterFatBinary", None),
     ],
 )
 def test_imported_symbol_families(symbol, family):
     assert imported_symbol_family(symbol) == family
+
+
+def test_weak_imports_are_allowed_only_for_the_usual_few():
+    assert imported_symbol_family("__gmon_start__", weak=True) is None
+    assert imported_symbol_family("__cxa_finalize", weak=True) is None
+    assert imported_symbol_family("__pthread_key_create", weak=True) is None
+    assert imported_symbol_family("flash_fwd_kernel", weak=True) is not None
+    assert imported_symbol_family("flash_fwd_kernel", weak=False) is None
