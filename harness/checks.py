@@ -319,8 +319,10 @@ class Scan:
     lines: list[int]  # index = line in this text - 1 -> line in the kernel file
     via: str = ""  # "" for the source, "after macro expansion" for the preprocessed text
 
-    def line(self, pos: int) -> int:
-        return self.lines[min(self.lexed.line_of(pos), len(self.lines)) - 1]
+    def line(self, pos: int, text: str | None = None) -> int:
+        """The kernel line of offset `pos` in the lexed code (or in `text`, a same-lines rewrite of it)."""
+        index = (text if text is not None else self.lexed.code).count("\n", 0, pos)
+        return self.lines[min(index, len(self.lines) - 1)]
 
 
 def _identifier_findings(scan: Scan) -> Iterable[Finding]:
@@ -334,11 +336,11 @@ def _identifier_findings(scan: Scan) -> Iterable[Finding]:
         if family is None and _REGISTRATION.fullmatch(name):
             family = "runtime module loading"
         if family is not None and not _is_member_use(name, before):
-            yield Finding("forbidden-call", scan.line(m.start()), f"{family}: {name}{scan.via}")
+            yield Finding("forbidden-call", scan.line(m.start(), code), f"{family}: {name}{scan.via}")
         if re.search(r"(?:\.|->|\w\s*::)$", before):
             continue  # a member or a nested name: only the outermost namespace says whose library it is
         if _VENDOR_IDENTIFIERS.fullmatch(name) or (name == "at" and re.match(r"\s*::", code[m.end():m.end() + 16])):
-            yield Finding("vendor-library", scan.line(m.start()), f"vendor library identifier {name}{scan.via}")
+            yield Finding("vendor-library", scan.line(m.start(), code), f"vendor library identifier {name}{scan.via}")
 
 
 def _is_member_use(name: str, before: str) -> bool:
@@ -365,7 +367,7 @@ def _string_runs(lexed: Lexed) -> list[tuple[int, str]]:
 
 def _string_findings(scan: Scan) -> Iterable[Finding]:
     lexed = scan.lexed
-    include_lines = {i for i, text in enumerate(lexed.code.splitlines(), 1)
+    include_lines = {i for i, text in enumerate(lexed.code.split("\n"), 1)
                      if re.match(r"\s*(?:#|%:)\s*(?:include|include_next|import)\b", text)}
     for start, value in _string_runs(lexed):
         if lexed.line_of(start) in include_lines:
@@ -434,7 +436,7 @@ def _entry_lookup_findings(scan: Scan) -> Iterable[Finding]:
 
 
 def _directive_findings(scan: Scan, toolkit: list[Path] | None) -> Iterable[Finding]:
-    lines = scan.lexed.with_strings.splitlines()
+    lines = scan.lexed.with_strings.split("\n")
     for idx, text in enumerate(lines):
         m = re.match(r"\s*(?:#|%:)\s*(\w*)\s*(.*)$", text)
         pragma = re.search(r"\b_Pragma\s*\(\s*\"(.*)\"\s*\)", text)
@@ -537,7 +539,7 @@ def parse_preprocessed(text: str, name: str) -> Preprocessed:
     numbers: list[int] = []
     includes: list[tuple[int, str]] = []
     current, line, last_kernel_line = "", 0, 0
-    for raw in text.splitlines():
+    for raw in text.split("\n"):
         m = _MARKER.match(raw)
         if m is not None:
             file = re.sub(r"\\(.)", r"\1", m.group(2))
@@ -584,7 +586,7 @@ def source_checks(source: Path, options: BuildOptions | None = None) -> list[Che
     except OSError as exc:
         raise BuildInputError(f"cannot read {source}: {exc.strerror or exc}") from None
     text = source_bytes.decode("utf-8", "replace")
-    original_lines = text.splitlines()
+    original_lines = text.split("\n")
     spliced = splice(text)
     raw = Scan(lex(spliced), list(range(1, spliced.count("\n") + 2)))
 

@@ -439,6 +439,14 @@ def test_without_nvcc_the_source_text_is_still_checked(tmp_path):
     assert _failed(bad) == {"single-file", "forbidden-call"}
 
 
+def test_line_numbers_survive_rewrites(tmp_path):
+    """Universal character names, splices, form feeds and CRLF do not shift the reported line."""
+    text = "int a;\r\n\f int b = 1 + \\\r\n 2;\r\nvoid* h = dl\\u006fpen(0, 2); int c;\r\nint r = system(0);\r\n"
+    detail = _checks(tmp_path, text, SOURCE_TEXT_ONLY)["forbidden-call"].detail
+    assert f"{tmp_path / 'kernel.cu'}:4: void* h" in detail
+    assert f"{tmp_path / 'kernel.cu'}:5: int r = system(0);" in detail
+
+
 def test_unreadable_source_is_bad_input(tmp_path):
     with pytest.raises(BuildInputError, match="cannot read"):
         source_checks(tmp_path / "missing.cu")
