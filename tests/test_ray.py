@@ -113,3 +113,15 @@ async def test_a_failing_harness_is_one_line(ray_instance: None, tmp_path: Path)
     finally:
         await ex.close()
     assert "harness on Ray printed no valid EvalResult" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_scenario_order_is_the_harness_order(tmp_path: Path) -> None:
+    from harness.runner import EvalOptions, resolve
+    from kstui.remote.ray import scenario_order
+
+    for suffix in (".cu", ".toml"):
+        shutil.copy(REPO / "workspace" / f"rmsnorm{suffix}", tmp_path / f"rmsnorm{suffix}")
+    kernel = tmp_path / "rmsnorm.cu"
+    _, _, listed = resolve(kernel, EvalOptions(selection="quick"))
+    assert scenario_order(kernel, "quick", ["--seed", "3"]) == [s.id for s in listed] and len(listed) > 1
+    assert scenario_order(write_kernel(tmp_path / "other"), "quick", []) is None  # unknown task: no order

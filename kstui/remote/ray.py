@@ -138,6 +138,8 @@ class RayExecutor:
         ray = await self._connect()
         # A check-only evaluation builds and reads source: no GPU to wait for.
         gpus = 0 if "--check-only" in extra_args else 1
+        if gpus and self._gpus == 0:  # the task would wait for a GPU that never comes
+            raise ExecutorError("the Ray cluster has no GPUs: start its nodes with GPUs (ray start --num-gpus N)")
         base = harness_args("", scenarios, extra_args, ())[2:]
         shard_args = [base] if self.shards == 1 else [[*base, "--shard", f"{k}/{self.shards}"] for k in range(1, self.shards + 1)]
         submitted = time.time()
