@@ -8,6 +8,7 @@ nvcc flags except the one that must not; the starting kernels build with no warn
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from kernels.suite import (
     Mutation,
     Replacement,
     SuiteError,
+    WrongKernel,
     apply_mutation,
     load_mutations,
     read_standalone,
@@ -50,7 +52,7 @@ REQUIRED = {
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory):
+def cases(tmp_path_factory: pytest.TempPathFactory) -> list[WrongKernel]:
     return wrong_kernels(tmp_path_factory.mktemp("wrong-kernels"))
 
 
@@ -129,7 +131,7 @@ def _quick_build(nvcc: str, source: Path, output: Path) -> subprocess.CompletedP
 
 
 @pytest.fixture(scope="module")
-def builds(cases, tmp_path_factory: pytest.TempPathFactory):
+def builds(cases: list[WrongKernel], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
     try:
         nvcc = find_nvcc()
     except BuildInputError as exc:
