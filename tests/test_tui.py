@@ -212,6 +212,9 @@ def test_replay_finds_the_kernel_beside_the_sessions_folder(tmp_path):
 def history(tmp_path: Path, monkeypatch) -> History:
     monkeypatch.setenv("GIT_AUTHOR_DATE", f"@{int(T0)} +0000")
     monkeypatch.setenv("GIT_COMMITTER_DATE", f"@{int(T0)} +0000")
+    for role in ("AUTHOR", "COMMITTER"):  # a fixed identity: the shas (and the snapshots) are stable
+        monkeypatch.setenv(f"GIT_{role}_NAME", "kstui test")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@kstui.invalid")
     kernel = tmp_path / "flash_fwd.cu"
     kernel.write_text(KERNEL)
     hist = History(kernel)

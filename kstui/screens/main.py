@@ -137,6 +137,8 @@ class MainScreen(Screen):
             self.notify(event.message, title=event.where or "error", severity="error")
         elif isinstance(event, ev.Notice) and event.level == "warning":
             self.notify(event.message, severity="warning")
+        elif isinstance(event, ev.EvaluationFinished) and event.error:
+            self.notify(f"evaluation #{event.eval_no} failed: {event.error}", severity="error")
         elif isinstance(event, ev.Accepted):
             self.notify(f"accepted {event.commit[:7]}: geomean {event.geomean:.3f}×")
         if isinstance(event, (ev.StatusChanged, ev.TurnStarted, ev.SessionStarted)):

@@ -12,9 +12,10 @@ class AlertFooter(Footer):
         self.alert_keys: frozenset[str] = frozenset()
 
     def set_alert(self, keys: frozenset[str]) -> None:
-        if keys != self.alert_keys:
-            self.alert_keys = keys
-            self.call_later(self.recompose)
+        # Mark the keys on screen now; compose marks them again whenever the Footer rebuilds itself.
+        self.alert_keys = keys
+        for key in self.query(FooterKey):
+            key.set_class(key.key in keys, "-alert")
 
     def compose(self):
         for widget in super().compose():

@@ -21,7 +21,7 @@ class QuestionBox(Input):
     BINDINGS = [Binding("ctrl+s", "ask_now", "ask now", priority=True)]
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(placeholder=PLACEHOLDER, **kwargs)
+        super().__init__(placeholder=PLACEHOLDER, select_on_focus=False, **kwargs)
         self.editing: int | None = None  # the queue position being edited, if any
         self._source = "human"
         self._question: Any = None  # the bank question being edited before it is sent

@@ -196,7 +196,10 @@ class Transcript(VerticalScroll, can_focus=True):
         return len(self._views)
 
     async def apply_event(self, event: ev.Event) -> None:
-        for change in self.state.apply(event):
+        changes = self.state.apply(event)
+        if not self.is_attached:  # the app is closing: the state still records the event
+            return
+        for change in changes:
             await self._realise(change)
 
     async def load(self, events: list[ev.Event]) -> None:
