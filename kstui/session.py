@@ -276,6 +276,8 @@ class Session:
         self._last_eval_error = ""
         self._resumed = False
         self._pending_rewind: tuple[str, str, int] | None = None
+        self._best_noise_cache: tuple[str, float | None] | None = None
+        self._best_text_cache: tuple[str, str] | None = None
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -825,8 +827,7 @@ class Session:
             self._observe_eval(False)
             return summarize_result(result) + f"\nREJECTED: {reason}"
         self.state.latest_geomean = result.geomean_speedup
-        best_result = self.history.result_of(self.state.best_commit) if self.state.best_commit else None
-        verdict = judge(result, self.state.best_geomean, best_result.noise_pct if best_result else None,
+        verdict = judge(result, self.state.best_geomean, self._best_noise(),
                         floor_pct=self.config.noise_floor_pct, borderline_factor=self.config.borderline_factor)
         if verdict.kind == "borderline":
             verdict, result = await self._recheck(content, result, scenarios)
@@ -848,13 +849,26 @@ class Session:
         was = f", previous best {previous:.4g}x" if previous is not None else " (the baseline)"
         return summarize_result(result) + f"\nACCEPTED as commit {sha[:8]}: {geomean:.4g}x{was}. {verdict.reason}"
 
+    def _best_noise(self) -> float | None:
+        """The best accepted result's noise, read from its git note once per commit."""
+        commit = self.state.best_commit
+        if commit is None:
+            return None
+        if self._best_noise_cache is None or self._best_noise_cache[0] != commit:
+            best = self.history.result_of(commit)
+            self._best_noise_cache = (commit, best.noise_pct if best else None)
+        return self._best_noise_cache[1]
+
     def _best_text(self) -> str | None:
-        if self.state.best_commit is None:
+        commit = self.state.best_commit
+        if commit is None:
             return None
-        try:
-            return self.history.content_at(self.state.best_commit)
-        except HistoryError:
-            return None
+        if self._best_text_cache is None or self._best_text_cache[0] != commit:
+            try:
+                self._best_text_cache = (commit, self.history.content_at(commit))
+            except HistoryError:
+                return None
+        return self._best_text_cache[1]
 
     async def _run_executor(self, path: Path, scenarios: str, *, diff: str = "",
                             label: str = "") -> tuple[int, EvalResult | None]:
