@@ -220,6 +220,8 @@ _REJECT_REASONS = (
 
 def validate_extra_flags(flags: Sequence[str]) -> list[str]:
     """The flags as nvcc arguments, or BuildInputError naming the first disallowed one."""
+    if isinstance(flags, str) or not isinstance(flags, Sequence):
+        raise BuildInputError("extra flags must be a list of strings, e.g. [\"-maxrregcount=128\"]")
     out: list[str] = []
     i = 0
     while i < len(flags):
@@ -496,7 +498,10 @@ def _compile(nvcc: str, version: str, flags: list[str], workdir: Path, name: str
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        out, _ = proc.communicate()
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a compiler that left the group still holds the pipe
+            out = b""
         message = f"compile timed out after {timeout_s:g} s"
         report.log = cap_log(message + "\n" + out.decode("utf-8", "replace"))
         report.errors = [CompileError(shown_as, 0, message)]

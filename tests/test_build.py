@@ -435,6 +435,13 @@ def test_rejected_extra_flags_name_the_flag(flag):
     assert "\n" not in str(info.value)
 
 
+def test_extra_flags_must_be_a_list():
+    with pytest.raises(BuildInputError, match="list of strings"):
+        validate_extra_flags("-maxrregcount=64 -ldl")
+    with pytest.raises(BuildInputError, match="not a string"):
+        validate_extra_flags([64])
+
+
 def test_ptxas_pair_is_checked():
     with pytest.raises(BuildInputError, match="-Xptxas --evil"):
         validate_extra_flags(["-Xptxas", "--evil"])

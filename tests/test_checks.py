@@ -65,6 +65,17 @@ CLEAN = textwrap.dedent(
       return x;
     }
 
+    // Hopper-style PTX: none of it may look like host assembly.
+    __device__ void ptx_zoo(unsigned smem, const void* gmem, unsigned long long* bar, float* acc) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem), "l"(gmem));
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], 128;\n}\n"
+                   :: "r"(smem), "r"(smem));
+      asm volatile("wgmma.fence.sync.aligned;\n" "wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("fence.proxy.async.shared::cta;\n" "elect.sync _|p, 0xffffffff;" ::: "memory");
+      asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(acc[0]));
+      (void)bar;
+    }
+
     template <int N>
     __global__ void __launch_bounds__(256) scale(const float* __restrict__ a, float* b, int n) {
       __shared__ __align__(16) float tile[TILE];
