@@ -67,19 +67,14 @@ async def run_process(
     timeout_s: float,
     what: str,
     stdin: bytes | None = None,
-    hold_stdin: bool = False,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
 ) -> Completed:
-    """Run argv in its own process group; on timeout or cancellation the whole group is killed.
-
-    hold_stdin keeps a pipe open on the child's stdin for its lifetime, so a remote side can notice
-    our end going away (EOF) and stop its own work.
-    """
+    """Run argv in its own process group; on timeout or cancellation the whole group is killed."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None or hold_stdin else asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -244,3 +247,41 @@ def test_target_parsing() -> None:
     for bad in ("ssh://", "ssh://h:notaport", "ssh://h?x=1", "http://h", "ssh://u:pw@h"):
         with pytest.raises(ExecutorError, match="expected ssh://"):
             SshTarget.parse(bad)
+
+
+async def test_a_lost_agent_fails_the_evaluation_and_is_restarted(sshd: SshServer, tmp_path: Path) -> None:
+    flag, pids = tmp_path / "hang", tmp_path / "pids"
+    hang = f"import os, time\nif os.path.exists({str(flag)!r}):\n    open({str(pids)!r}, 'w').write(str(os.getpid()))\n    time.sleep(60)\n"
+    python = fake_python(tmp_path / "h", hang + ECHO_HARNESS)
+    kernel = write_kernel(tmp_path / "k")
+    ex = sshd.executor(python, tmp_path / "r")
+    try:
+        await ex.evaluate(kernel, extra_args=["--check-only"])
+        first_agent = ex._agent.pid
+        flag.touch()
+        running = asyncio.create_task(ex.evaluate(kernel, extra_args=["--check-only"]))
+        while not pids.exists():
+            await asyncio.sleep(0.05)
+        os.kill(first_agent, signal.SIGKILL)
+        with pytest.raises(ExecutorError, match="connection to the host's agent was lost"):
+            await running
+        flag.unlink()
+        again = await ex.evaluate(kernel, extra_args=["--check-only"])
+        assert again.kernel_sha256 == hashlib.sha256(kernel.read_bytes()).hexdigest()
+        assert ex._agent.pid != first_agent
+    finally:
+        await ex.close()
+        if pids.exists():  # the harness an agent killed by SIGKILL cannot stop (ours: end it)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pids.read_text()), signal.SIGKILL)
+
+
+async def test_close_ends_the_agent(sshd: SshServer, tmp_path: Path) -> None:
+    ex = sshd.executor(fake_python(tmp_path / "e", ECHO_HARNESS), tmp_path / "r")
+    await ex.evaluate(write_kernel(tmp_path / "k"), extra_args=["--check-only"])
+    pid = ex._agent.pid
+    await ex.close()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()

@@ -2,8 +2,9 @@
 
 The system `ssh` client does the talking, so ~/.ssh/config, agents and jump hosts work as the user
 expects. One master connection (ControlMaster) is opened per executor and every later command is
-multiplexed over it: no new handshake per evaluation. Files are sent content-addressed into a cache
-on the host and only when the host lacks them.
+multiplexed over it: no new handshake per evaluation. Evaluations go to one long-lived agent on the
+host (one ssh session), so they pay no login shell either. Files are sent content-addressed into a
+cache on the host and only when the host lacks them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kstui.executors import (
     run_process,
 )
 from kstui.remote import ssh_scripts as scripts
+from kstui.remote.agent import Agent, failure_line
 
 _SSH_FAILED = 255  # what ssh exits with when it, not the remote command, failed
 _UNREACHABLE = (
@@ -113,6 +115,7 @@ class SshExecutor:
         self._connect_lock = asyncio.Lock()
         self._control_dir: str | None = None
         self._master_open = False
+        self._agent: Agent | None = None
         self._host: HostInfo | None = None
         self._present: set[str] = set()  # objects known to be in the host's cache
         self.sent: list[str] = []  # sha256 of every object sent, in order (what a test or log can check)
@@ -145,10 +148,13 @@ class SshExecutor:
             argv += ["-p", str(self.target.port)]
         return argv + list(args)
 
-    async def _run(self, remote_argv: Sequence[str], *, what: str, timeout_s: float, stdin: bytes | None = None,
-                   hold_stdin: bool = False) -> Completed:
-        argv = self._ssh("-o", "ControlMaster=no", "--", self.target.destination, shlex.join(remote_argv))
-        done = await run_process(argv, timeout_s=timeout_s, what=what, stdin=stdin, hold_stdin=hold_stdin)
+    def _command(self, remote_argv: Sequence[str]) -> list[str]:
+        """ssh over the master connection, running remote_argv (quoted for the host's login shell)."""
+        return self._ssh("-o", "ControlMaster=no", "--", self.target.destination, shlex.join(remote_argv))
+
+    async def _run(self, remote_argv: Sequence[str], *, what: str, timeout_s: float,
+                   stdin: bytes | None = None) -> Completed:
+        done = await run_process(self._command(remote_argv), timeout_s=timeout_s, what=what, stdin=stdin)
         if done.returncode == _SSH_FAILED:
             raise ExecutorError(self._ssh_failure(done.stderr))
         return done
@@ -167,6 +173,12 @@ class SshExecutor:
             return f"{self.target} is unreachable ({reason}): check the host, the port and that sshd runs there"
         return f"{self.target}: ssh failed: {reason}"
 
+    def _agent_failure(self, stderr: bytes) -> str:
+        text = stderr.decode("utf-8", "replace")
+        if any(m in text for m in ("Permission denied", "Host key verification failed", *_UNREACHABLE)):
+            return self._ssh_failure(stderr)
+        return failure_line(str(self.target), stderr)
+
     async def _connect(self) -> HostInfo:
         async with self._connect_lock:
             if self._control_dir is None:
@@ -176,6 +188,13 @@ class SshExecutor:
                 self._master_open = True
             if self._host is None:
                 self._host = await self._probe()
+            if self._agent is None or not self._agent.alive:
+                if self._agent is not None:
+                    await self._agent.close()
+                # -S: the agent needs only the standard library, so it skips site-packages' start-up.
+                argv = self._command([self._host.python, "-S", "-c", scripts.AGENT_PY, self._host.python, self._host.cache])
+                self._agent = await Agent.start(argv, timeout_s=self.connect_timeout_s + 60,
+                                                describe_failure=self._agent_failure)
             return self._host
 
     async def _open_master(self) -> None:
@@ -267,19 +286,16 @@ class SshExecutor:
         asked = time.monotonic()
         async with self._pool.lease() as devices:
             waited = time.monotonic() - asked
-            remote = [
-                # -S: the driver needs only the standard library, so it skips site-packages' start-up cost
-                host.python, "-S", "-c", scripts.DRIVER_PY,
-                host.python, host.cache, kernel.name, ksha, tsha,
-                "1" if check_gpu else "0", ",".join(map(str, devices)),
-                *harness_args("", scenarios, extra_args, devices)[2:],
-            ]
+            request = {
+                "name": kernel.name, "ksha": ksha, "tsha": tsha, "check_gpu": check_gpu, "devices": devices,
+                "args": harness_args("", scenarios, extra_args, devices)[2:],
+            }
             what = f"harness on {self.target}"
-            done = await self._run(remote, what=what, timeout_s=self.timeout_s, hold_stdin=True)
+            done = await self._request(request, what)
             if done.returncode == scripts.MISSING_EXIT:  # the host's cache was cleaned meanwhile
                 self._present.difference_update(files)
                 await self._ensure_sent(host, files)
-                done = await self._run(remote, what=what, timeout_s=self.timeout_s, hold_stdin=True)
+                done = await self._request(request, what)
         if done.returncode == scripts.REFUSED_EXIT:
             raise ExecutorError(f"{self.target}: {last_line(done.stderr).removeprefix('kstui-remote: ')}")
         result = parse_result(done, what)
@@ -288,8 +304,16 @@ class SshExecutor:
         result.kernel = str(kernel)
         return annotate(result, host=self.target.host, queue_wait_s=waited)
 
+    async def _request(self, request: dict[str, object], what: str) -> Completed:
+        await self._connect()  # restarts the agent if its session ended
+        assert self._agent is not None
+        return await self._agent.request(request, timeout_s=self.timeout_s, what=what)
+
     async def close(self) -> None:
-        """Stop the master connection and remove its socket directory (idempotent)."""
+        """Stop the agent and the master connection, remove the socket directory (idempotent)."""
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            await agent.close()
         control = self._control_dir
         self._host = None
         self._present.clear()

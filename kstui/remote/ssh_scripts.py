@@ -51,81 +51,119 @@ SEND_SH = r'd=$1; t="$d/.in.$$"; mkdir -p "$d" && cat > "$t" && mv -f "$t" "$d/$
 MISSING_EXIT = 97  # an object vanished from the host's cache: send again and retry
 REFUSED_EXIT = 98  # no usable GPU: absent, not the one asked for, or busy
 
-# argv: python, cache dir, kernel name, kernel sha, task sha ("" = none), check GPU ("1"/"0"),
-# devices ("" = GPU 0), then the harness arguments after `eval FILE`.
-# Lays the kernel and its task file out under their own names, refuses a missing or busy GPU, runs
-# the harness, and kills it when our side of the connection goes away (stdin reaches EOF).
-DRIVER_PY = r"""
-import os, shutil, signal, subprocess, sys, threading
-py, cache, name, ksha, tsha, check_gpu, devices, *rest = sys.argv[1:]
-
-def refuse(code, message):
-    print("kstui-remote: " + message, file=sys.stderr)
-    sys.exit(code)
-
+# The agent: one long-lived process per executor on the host, reached over one multiplexed ssh
+# session, so an evaluation pays neither a login shell nor an interpreter start-up beyond the
+# harness's own. argv: python (for the harness), cache dir.
+# Protocol, one JSON object per line. In: {"id", "name", "ksha", "tsha", "check_gpu", "devices",
+# "args"} to evaluate, {"cancel": id} to kill one. Out: {"ready": true, "pid"} once, then
+# {"id", "rc", "stdout", "stderr"} per evaluation. When stdin reaches EOF (our side went away) every
+# harness still running is killed and the agent exits.
+AGENT_PY = r"""
+import json, os, shutil, signal, subprocess, sys, threading
+py, cache = sys.argv[1:3]
 objects = os.path.join(cache, "objects")
-missing = [h for h in (ksha, tsha) if h and not os.path.exists(os.path.join(objects, h))]
-if missing:
-    refuse(97, "missing " + " ".join(missing))
-work = os.path.join(cache, "work", ksha[:20] + "-" + (tsha[:20] or "none"))
-os.makedirs(work, exist_ok=True)
-for sha, fname in ((ksha, name), (tsha, os.path.splitext(name)[0] + ".toml")):
-    dst = os.path.join(work, fname)
-    if sha and not os.path.exists(dst):
-        tmp = "%s.%d" % (dst, os.getpid())
-        shutil.copyfile(os.path.join(objects, sha), tmp)
-        os.replace(tmp, dst)
+lock = threading.Lock()
+running = {}
+cancelled = set()
 
-def smi(*args):
+class Refused(Exception):
+    def __init__(self, code, message):
+        self.code, self.message = code, message
+
+def reply(msg):
+    data = (json.dumps(msg) + "\n").encode()
+    with lock:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+def lay_out(name, ksha, tsha):
+    missing = [h for h in (ksha, tsha) if h and not os.path.exists(os.path.join(objects, h))]
+    if missing:
+        raise Refused(97, "missing " + " ".join(missing))
+    work = os.path.join(cache, "work", ksha[:20] + "-" + (tsha[:20] or "none"))
+    os.makedirs(work, exist_ok=True)
+    for sha, fname in ((ksha, name), (tsha, os.path.splitext(name)[0] + ".toml")):
+        dst = os.path.join(work, fname)
+        if sha and not os.path.exists(dst):
+            tmp = "%s.%d.%d" % (dst, os.getpid(), threading.get_ident())
+            shutil.copyfile(os.path.join(objects, sha), tmp)
+            os.replace(tmp, dst)
+    return work
+
+def smi(nvsmi, *args):
     try:
         p = subprocess.run([nvsmi, *args], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        refuse(98, "no usable NVIDIA GPU: nvidia-smi failed (%s)" % exc)
+        raise Refused(98, "no usable NVIDIA GPU: nvidia-smi failed (%s)" % exc)
     lines = [l.strip() for l in (p.stdout + p.stderr).splitlines() if l.strip()]
     if p.returncode != 0:
-        refuse(98, "no usable NVIDIA GPU: " + (lines[-1] if lines else "nvidia-smi exit %d" % p.returncode))
+        raise Refused(98, "no usable NVIDIA GPU: " + (lines[-1] if lines else "nvidia-smi exit %d" % p.returncode))
     return [[f.strip() for f in l.split(",")] for l in p.stdout.splitlines() if l.strip()]
 
-if check_gpu == "1":
+def check_gpus(devices):
     nvsmi = shutil.which("nvidia-smi")
     if not nvsmi:
-        refuse(98, "no NVIDIA GPU: nvidia-smi is not installed on this host")
-    gpus = {int(r[0]): (r[1], r[2]) for r in smi("--query-gpu=index,uuid,name", "--format=csv,noheader") if len(r) >= 3}
+        raise Refused(98, "no NVIDIA GPU: nvidia-smi is not installed on this host")
+    gpus = {int(r[0]): (r[1], r[2]) for r in smi(nvsmi, "--query-gpu=index,uuid,name", "--format=csv,noheader") if len(r) >= 3}
     if not gpus:
-        refuse(98, "no NVIDIA GPU on this host")
-    want = [int(d) for d in devices.split(",")] if devices else [0]
+        raise Refused(98, "no NVIDIA GPU on this host")
+    want = devices or [0]
     for d in want:
         if d not in gpus:
-            refuse(98, "no GPU %d on this host (it has %s)" % (d, ", ".join(map(str, sorted(gpus)))))
+            raise Refused(98, "no GPU %d on this host (it has %s)" % (d, ", ".join(map(str, sorted(gpus)))))
     owner = {gpus[d][0]: d for d in want}
-    for r in smi("--query-compute-apps=gpu_uuid,pid,process_name", "--format=csv,noheader"):
+    for r in smi(nvsmi, "--query-compute-apps=gpu_uuid,pid,process_name", "--format=csv,noheader"):
         if len(r) >= 3 and r[0] in owner:
             d = owner[r[0]]
-            refuse(98, "GPU %d (%s) is busy: pid %s (%s) runs on it, so timings would be wrong"
-                   % (d, gpus[d][1], r[1], r[2]))
+            raise Refused(98, "GPU %d (%s) is busy: pid %s (%s) runs on it, so timings would be wrong"
+                          % (d, gpus[d][1], r[1], r[2]))
 
-child = subprocess.Popen([py, "-m", "harness", "eval", os.path.join(work, name), *rest],
-                         cwd=work, stdin=subprocess.DEVNULL, start_new_session=True)
-finished = threading.Event()
-
-def watch():
-    try:
-        while os.read(0, 1 << 16):  # raw reads: a buffered stdin would block interpreter shutdown
-            pass
-    except OSError:
-        pass
-    if not finished.is_set():
+def kill(rid):
+    with lock:
+        cancelled.add(rid)
+        p = running.get(rid)
+    if p is not None and p.poll() is None:
         try:
-            os.killpg(child.pid, signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGKILL)
         except OSError:
             pass
 
-threading.Thread(target=watch, daemon=True).start()
-code = child.wait()
-finished.set()
-if code < 0 or code == 255:  # 255 is ssh's own failure status; a signal has no status at all
-    print("kstui-remote: the harness %s" % ("was killed by signal %d" % -code if code < 0 else "exited with status 255"),
-          file=sys.stderr, flush=True)
-    code = 125
-os._exit(code)  # the watcher thread still blocks in read(); nothing else is left to clean up
+def evaluate(req):
+    rid = req["id"]
+    try:
+        work = lay_out(req["name"], req["ksha"], req["tsha"])
+        if req["check_gpu"]:
+            check_gpus(req["devices"])
+        p = subprocess.Popen([py, "-m", "harness", "eval", os.path.join(work, req["name"]), *req["args"]],
+                             cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
+        with lock:
+            running[rid] = p
+            late = rid in cancelled
+        if late:
+            kill(rid)
+        out, err = p.communicate()
+        reply({"id": rid, "rc": p.returncode, "stdout": out.decode("utf-8", "replace"),
+               "stderr": err.decode("utf-8", "replace")[-20000:]})
+    except Refused as exc:
+        reply({"id": rid, "rc": exc.code, "stdout": "", "stderr": "kstui-remote: " + exc.message})
+    except Exception as exc:
+        reply({"id": rid, "rc": 125, "stdout": "", "stderr": "kstui-remote: %s: %s" % (type(exc).__name__, exc)})
+    finally:
+        with lock:
+            running.pop(rid, None)
+            cancelled.discard(rid)
+
+reply({"ready": True, "pid": os.getpid()})
+for line in sys.stdin.buffer:
+    req = json.loads(line)
+    if "cancel" in req:
+        kill(req["cancel"])
+    else:
+        threading.Thread(target=evaluate, args=(req,), daemon=True).start()
+with lock:
+    ids = list(running)
+for rid in ids:
+    kill(rid)
+os._exit(0)
 """
