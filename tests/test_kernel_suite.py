@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from kernels.suite import (
 )
 
 from harness.build import BuildInputError, BuildOptions, build, find_nvcc, gencode_flag, nvcc_flags
+from harness.checks import binary_checks, source_checks
+from harness.result import BuildReport
 
 WORKSPACE = STARTING_KERNEL.parent
 STARTING = {"flash_fwd": "kstui_attention_fwd", "rmsnorm": "kstui_rmsnorm_fwd"}
@@ -119,19 +122,34 @@ def test_standalone_headers_parse() -> None:
 # third of the CPU time (a mutation changes a few lines; optimisation cannot make them uncompilable).
 
 
+@dataclass
+class Built:
+    ok: bool
+    library: Path | None
+    log: str
+    report: BuildReport | None = None  # where the harness's own build() did it
+
+
 def _quick_flags(arch: str) -> list[str]:
     full = gencode_flag(arch)
     virtual = f"-gencode=arch=compute_{arch[3:]},code=compute_{arch[3:]}"
     return [virtual if f == full else f for f in nvcc_flags(arch, BuildOptions())] + ["-Xcicc", "-O0"]
 
 
-def _quick_build(nvcc: str, source: Path, output: Path) -> subprocess.CompletedProcess[str]:
+def _quick_build(nvcc: str, source: Path, output: Path) -> Built:
     cmd = [nvcc, *_quick_flags(ARCH), "-x", "cu", "-o", str(output), str(source)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    ok = proc.returncode == 0
+    return Built(ok, output if ok else None, proc.stdout + proc.stderr)
+
+
+def _full_build(source: Path, entry: str, options: BuildOptions) -> Built:
+    report, library = build(source, [entry], options)
+    return Built(report.ok, library, report.log, report)
 
 
 @pytest.fixture(scope="module")
-def builds(cases: list[WrongKernel], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+def builds(cases: list[WrongKernel], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Built]]]:
     try:
         nvcc = find_nvcc()
     except BuildInputError as exc:
@@ -140,14 +158,14 @@ def builds(cases: list[WrongKernel], tmp_path_factory: pytest.TempPathFactory) -
     out = tmp_path_factory.mktemp("quick-builds")
     mutants = {m.name for m in load_mutations()}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures: dict[str, Future] = {
-            name: pool.submit(build, WORKSPACE / f"{name}.cu", [entry], options) for name, entry in STARTING.items()
+        futures = {
+            name: pool.submit(_full_build, WORKSPACE / f"{name}.cu", entry, options) for name, entry in STARTING.items()
         }
         for case in cases:
             if case.name in mutants:
                 futures[case.name] = pool.submit(_quick_build, nvcc, case.path, out / f"{case.name}.so")
             else:
-                futures[case.name] = pool.submit(build, case.path, ["kstui_attention_fwd"], options)
+                futures[case.name] = pool.submit(_full_build, case.path, "kstui_attention_fwd", options)
         yield futures
         for future in futures.values():
             future.cancel()
@@ -155,26 +173,55 @@ def builds(cases: list[WrongKernel], tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.mark.parametrize("name", sorted(STARTING))
 def test_starting_kernel_builds_clean(builds, name: str) -> None:
-    report, library = builds[name].result()
-    assert report.ok and library is not None, report.log
-    assert report.spills == 0, report.log
-    assert not report.stack_bytes, report.log
-    assert "warning" not in report.log.lower(), report.log
+    built = builds[name].result()
+    assert built.ok and built.report is not None, built.log
+    assert built.report.spills == 0, built.log
+    assert not built.report.stack_bytes, built.log
+    assert "warning" not in built.log.lower(), built.log
 
 
 @pytest.mark.parametrize("mutation", [m.name for m in load_mutations()])
 def test_mutant_builds(builds, mutation: str) -> None:
-    proc = builds[mutation].result()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    built = builds[mutation].result()
+    assert built.ok, built.log
 
 
 @pytest.mark.parametrize("path", sorted(STANDALONE.glob("*.cu")), ids=lambda p: p.stem)
 def test_standalone_builds_unless_it_must_not(builds, path: Path) -> None:
     case = read_standalone(path)
-    report, _ = builds[case.name].result()
+    built = builds[case.name].result()
     if case.expect == ["build"]:
-        assert not report.ok, f"{case.name} should not build"
-        assert any(e.line > 0 and Path(e.file).name == f"{case.name}.cu" for e in report.errors), report.errors
+        assert not built.ok and built.report is not None, f"{case.name} should not build"
+        errors = built.report.errors
+        assert any(e.line > 0 and Path(e.file).name == f"{case.name}.cu" for e in errors), errors
     else:
         assert "build" not in case.expect, f"{case.name}: 'build' must be its only expectation"
-        assert report.ok, f"{case.name} should build:\n{report.log}"
+        assert built.ok, f"{case.name} should build:\n{built.log}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Static and binary checks need no GPU: the cases that expect a failed check must get one of them, and
+# the starting kernels must pass every check.
+
+
+def _failed_checks(source: Path, library: Path | None, entry: str) -> set[str]:
+    checks = source_checks(source, BuildOptions(arch=ARCH))
+    if library is not None:
+        checks += binary_checks(library, [entry])
+    return {c.name for c in checks if not c.ok}
+
+
+@pytest.mark.parametrize("name", sorted(STARTING))
+def test_starting_kernel_passes_every_check(builds, name: str) -> None:
+    built = builds[name].result()
+    assert built.library is not None, built.log
+    assert _failed_checks(WORKSPACE / f"{name}.cu", built.library, STARTING[name]) == set()
+
+
+def test_check_cases_fail_an_expected_check(cases, builds) -> None:
+    check_cases = [c for c in cases if all(e.startswith("check:") for e in c.expect)]
+    assert check_cases
+    for case in check_cases:
+        failed = _failed_checks(case.path, builds[case.name].result().library, "kstui_attention_fwd")
+        expected = {e.removeprefix("check:") for e in case.expect}
+        assert failed & expected, f"{case.name}: failed checks {sorted(failed)}, expected one of {sorted(expected)}"
