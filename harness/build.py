@@ -101,7 +101,7 @@ def detect_arch() -> str:
     """$KSTUI_ARCH, else the first GPU's compute capability (9.0 -> sm_90a), else sm_90a."""
     env = os.environ.get("KSTUI_ARCH")
     if env:
-        return _valid_arch(env.strip())
+        return valid_arch(env.strip())
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return "sm_90a"
@@ -124,14 +124,14 @@ def arch_from_compute_cap(major: int, minor: int) -> str:
     return f"sm_{major}{minor}"
 
 
-def _valid_arch(arch: str) -> str:
+def valid_arch(arch: str) -> str:
     if not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
         raise BuildInputError(f"bad architecture {arch!r}: expected e.g. sm_90a")
     return arch
 
 
 def gencode_flag(arch: str) -> str:
-    arch = _valid_arch(arch)
+    arch = valid_arch(arch)
     return f"-gencode=arch=compute_{arch[3:]},code={arch}"
 
 
@@ -250,7 +250,9 @@ def validate_extra_flags(flags: Sequence[str]) -> list[str]:
 def _check_ptxas(shown: str, options: str) -> None:
     for option in options.split(","):
         if not _PTXAS_OPTION.fullmatch(option):
-            raise BuildInputError(f"extra flag {shown!r} is not allowed: ptxas option {option!r} is not on the allowlist")
+            raise BuildInputError(
+                f"extra flag {shown!r} is not allowed: ptxas option {option!r} is not on the allowlist"
+            )
 
 
 def _reject_reason(flag: str) -> str:
@@ -304,7 +306,9 @@ def parse_ptxas(log: str) -> PtxasStats:
     return stats
 
 
-_NVCC_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*?)\((?P<line>\d+)\): (?:catastrophic )?error(?: #[\w-]+)?: (?P<msg>.*)$")
+_NVCC_ERROR = re.compile(
+    r"^(?P<file>[^\s(][^(]*?)\((?P<line>\d+)\): (?:catastrophic )?error(?: #[\w-]+)?: (?P<msg>.*)$"
+)
 _GCC_ERROR = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$")
 _LD_ERROR = re.compile(r"(?:undefined reference to|multiple definition of|cannot find) .*")
 _TOOL_ERROR = re.compile(r"^(?P<tool>ptxas|nvcc|nvlink|fatbinary)(?: \S+)?\s*(?:error|fatal)\s*: (?P<msg>.*)$")
@@ -339,9 +343,8 @@ def cap_log(text: str, limit: int = LOG_CAP) -> str:
         return text
     head, tail = data[: limit * 3 // 4], data[-(limit // 4) :]
     cut = len(data) - len(head) - len(tail)
-    return (
-        head.decode("utf-8", "ignore") + f"\n... [{cut} bytes of compiler output omitted] ...\n" + tail.decode("utf-8", "ignore")
-    )
+    note = f"\n... [{cut} bytes of compiler output omitted] ...\n"
+    return head.decode("utf-8", "ignore") + note + tail.decode("utf-8", "ignore")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -438,7 +441,7 @@ def build(source: Path, entry_symbols: Sequence[str], options: BuildOptions) -> 
             raise BuildInputError(f"bad entry symbol {symbol!r}")
     nvcc = find_nvcc(options.nvcc)
     version = nvcc_version(nvcc)
-    arch = _valid_arch(options.arch) if options.arch else detect_arch()
+    arch = valid_arch(options.arch) if options.arch else detect_arch()
     flags = nvcc_flags(arch, options)
     name = build_name(source)
     key = cache_key(source_bytes, name, flags, version, arch, entry_symbols)

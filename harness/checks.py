@@ -23,7 +23,7 @@ from harness.build import (
     BuildInputError,
     BuildOptions,
     ToolError,
-    _valid_arch,
+    valid_arch,
     build_name,
     detect_arch,
     dynamic_symbols,
@@ -375,7 +375,8 @@ def _string_findings(scan: Scan) -> Iterable[Finding]:
         line = scan.line(start)
         symbol = value.strip()
         # Only a string that is a bare symbol name: that is what asm labels and by-name lookups take.
-        if re.fullmatch(r"[\w$@.]+", symbol) and (_NAMED_IN_STRING.fullmatch(symbol.split("@")[0]) or symbol in _FORBIDDEN):
+        bare = re.fullmatch(r"[\w$@.]+", symbol) is not None
+        if bare and (_NAMED_IN_STRING.fullmatch(symbol.split("@")[0]) or symbol in _FORBIDDEN):
             yield Finding("forbidden-call", line, f"a string names {symbol}{scan.via}")
         if (m := _FILE_IN_STRING.search(value)) is not None:
             yield Finding("forbidden-call", line, f"a string names a library or binary file ({m.group(0)}){scan.via}")
@@ -416,7 +417,8 @@ def _attribute_findings(scan: Scan) -> Iterable[Finding]:
         for word in re.findall(r"[A-Za-z_]\w*", code[start:end]):
             bare = word.strip("_")
             if bare in _LOAD_TIME_ATTRIBUTES:
-                yield Finding("forbidden-call", scan.line(start), f"attribute {bare} (code or data placed to run at load time){scan.via}")
+                reason = f"attribute {bare} (code or data placed to run at load time){scan.via}"
+                yield Finding("forbidden-call", scan.line(start), reason)
 
 
 def _entry_lookup_findings(scan: Scan) -> Iterable[Finding]:
@@ -429,7 +431,8 @@ def _entry_lookup_findings(scan: Scan) -> Iterable[Finding]:
         lit = starts.get(after.end()) if after else None
         if lit is None:
             yield Finding("forbidden-call", scan.line(m.start()),
-                          f"{m.group(1)} without a string literal name (a name built at run time could load code){scan.via}")
+                          f"{m.group(1)} without a string literal name (a name built at run time could load code)"
+                          f"{scan.via}")
         elif not _ENTRY_POINT_ALLOWED.fullmatch(name := runs.get(lit.start, lit.value)):
             yield Finding("forbidden-call", scan.line(m.start()),
                           f"{m.group(1)}({name!r}): not a driver function a kernel may look up{scan.via}")
@@ -511,7 +514,7 @@ class Preprocessed:
 
 def preprocess(source_bytes: bytes, name: str, nvcc: str, options: BuildOptions) -> Preprocessed:
     """nvcc -E for the host side with the build's own macros; keep only lines from the kernel file."""
-    arch = _valid_arch(options.arch) if options.arch else detect_arch()
+    arch = valid_arch(options.arch) if options.arch else detect_arch()
     flags = ["-E", "-x", "cu", "-std=c++17", "-O3", "-Xcompiler", "-fPIC", gencode_flag(arch)]
     if options.fast_math:
         flags.append("--use_fast_math")
@@ -566,7 +569,8 @@ def _resolved_include_findings(pre: Preprocessed, toolkit: list[Path] | None) ->
             continue
         if toolkit is None and FALLBACK_TOOLKIT_HEADERS.search(path):
             continue
-        yield Finding("single-file", line, f"includes {path}, which is neither a CUDA toolkit header nor a standard one")
+        yield Finding("single-file", line,
+                      f"includes {path}, which is neither a CUDA toolkit header nor a standard one")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -601,10 +605,13 @@ def source_checks(source: Path, options: BuildOptions | None = None) -> list[Che
         note = "source text only: no nvcc for the preprocessor pass"
     else:
         pre = preprocess(source_bytes, build_name(source), nvcc, options)
-        note = pre.note
+        note = ""
         findings += _resolved_include_findings(pre, toolkit)
         if pre.scan is not None:
             findings += _findings(pre.scan, None, directives=False)
+        else:
+            # Not accepted unseen: a file the preprocessor rejects here must not pass on the build's word.
+            findings.append(Finding("forbidden-call", 0, f"{pre.note}; the macro-expanded source was not checked"))
     return _to_checks(findings, source, original_lines, note)
 
 
@@ -628,7 +635,8 @@ def _to_checks(findings: list[Finding], source: Path, lines: list[str], note: st
                 first.setdefault((f.line, f.reason.removesuffix(_EXPANDED)), f)
         unique = list(first.values())
         unique.sort(key=lambda f: f.line)
-        details = [f"{source}:{f.line}: {_snippet(lines, f.line)}  [{f.reason}]" for f in unique[:MAX_FINDINGS]]
+        details = [f"{source}:{f.line}: {_snippet(lines, f.line)}  [{f.reason}]" if f.line else f"{source}: {f.reason}"
+                   for f in unique[:MAX_FINDINGS]]
         if len(unique) > MAX_FINDINGS:
             details.append(f"... and {len(unique) - MAX_FINDINGS} more")
         if not unique and note:

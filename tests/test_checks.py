@@ -458,6 +458,14 @@ def test_line_numbers_survive_rewrites(tmp_path):
     assert f"{tmp_path / 'kernel.cu'}:5: int r = system(0);" in detail
 
 
+@needs_nvcc
+def test_a_file_the_preprocessor_rejects_is_not_passed(tmp_path):
+    checks = _checks(tmp_path, "#include <cuda_runtime.h>\n#error not today\n")
+    assert not checks["forbidden-call"].ok
+    assert "the preprocessor failed" in checks["forbidden-call"].detail
+    assert "not today" in checks["forbidden-call"].detail
+
+
 def test_unreadable_source_is_bad_input(tmp_path):
     with pytest.raises(BuildInputError, match="cannot read"):
         source_checks(tmp_path / "missing.cu")
