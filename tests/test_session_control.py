@@ -1,0 +1,121 @@
+"""Session control through the real client: rewind with context truncation, pause/resume, stall self-ask,
+context compaction, cost limit."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
+from messages_server import MessagesServer, ServerUsage, reply, text, tool_use
+
+from kstui.agent import COMPACTED_MARK, Agent, AgentConfig
+from kstui.config import SessionConfig
+from kstui.events import Accepted, ContextTrimmed, QuestionAsked, Rewound, Stalled, StatusChanged, TurnStarted
+from kstui.session import Session
+
+KEY = "sk-ant-control-test"
+
+
+def _config(kernel: Path, server: MessagesServer, **kw: Any) -> SessionConfig:
+    return SessionConfig(kernel=kernel, workspace=kernel.parent, api_key=KEY, base_url=server.url,
+                         thinking_budget=0, **kw)
+
+
+def _user_text(message: dict[str, Any]) -> str:
+    return "\n".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
+
+
+async def test_rewind_truncates_the_context_at_the_next_boundary(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    script = [
+        reply(tool_use("evaluate", {})),
+        reply(tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.0", "new_string": "speedup=1.5"}),
+              tool_use("evaluate", {})),
+        reply(text("Pondering the next step at some length. " * 4, chunks=20), delay_s=0.03),
+        reply(text("Back at the first version.")),
+    ]
+    with MessagesServer(script) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor())
+        log = EventLog()
+        session.subscribe(log)
+        jobs: list[asyncio.Task] = []
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, TurnStarted) and event.turn == 3:
+                first = log.of(Accepted)[0].commit
+                jobs.append(asyncio.ensure_future(session.rewind(first, truncate_context=True)))
+
+        session.subscribe(on_event)
+        await asyncio.wait_for(session.run(), 30)
+        await asyncio.gather(*jobs)
+        last = server.requests[3].body["messages"]
+    rewound = log.of(Rewound)
+    assert len(rewound) == 1 and rewound[0].truncated_to_turn == 1
+    assert kernel.read_text() == kernel_text(1.0)
+    assert len(last) == 3  # the brief, turn 1's evaluate call, its result (+ the notice)
+    assert "restored the kernel" in _user_text(last[-1]) and "-// fake: speedup=1.5" in _user_text(last[-1])
+    assert session.history.entries()[0].restores == log.of(Accepted)[0].commit
+
+
+async def test_pause_holds_the_next_turn_until_resume(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    with MessagesServer([reply(tool_use("list_files", {})), reply(text("done"))]) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor())
+        log = EventLog()
+        session.subscribe(log)
+        session.subscribe(lambda e: session.pause() if isinstance(e, TurnStarted) and e.turn == 1 else None)
+        task = asyncio.create_task(session.run())
+        await log.wait_for(StatusChanged, where=lambda e: e.status == "paused")
+        await asyncio.sleep(0.5)
+        assert len(server.requests) == 1 and not task.done()
+        session.resume()
+        summary = await asyncio.wait_for(task, 30)
+    assert summary.reason == "agent finished" and len(server.requests) == 2
+
+
+async def test_stall_puts_a_bank_question_to_the_agent_with_self_ask(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    kernel.write_text(kernel_text(1.0, "// fake: build-error\n"))
+    script = [reply(tool_use("evaluate", {})), reply(tool_use("evaluate", {})), reply(text("Hmm.")), reply(text("Ok."))]
+    with MessagesServer(script) as server:
+        session = Session.build(_config(kernel, server, self_ask=True, stall_evals=2, max_turns=4), FakeExecutor())
+        log = EventLog()
+        session.subscribe(log)
+        await asyncio.wait_for(session.run(), 30)
+        third = server.requests[2].body["messages"][-1]
+    stalls = log.of(Stalled)
+    assert stalls and "2 evaluations" in stalls[0].reason
+    asked = log.of(QuestionAsked)
+    assert asked[0].source == "self" and session.bank.get(asked[0].question_id).when in ("stall", "any")
+    assert asked[0].text in _user_text(third)
+    assert len({q.question_id for q in asked}) == len(asked)  # never the same question twice running
+
+
+async def test_long_context_is_compacted_and_restated(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    (kernel.parent / "big.txt").write_text("data line for the context\n" * 600)
+    script = [reply(tool_use("read_file", {"path": "big.txt"})), reply(tool_use("read_file", {"path": "big.txt"})),
+              reply(text("done"))]
+    with MessagesServer(script) as server:
+        session = Session(_config(kernel, server), executor=FakeExecutor(), agent=None)
+        session.agent = Agent(AgentConfig(base_url=server.url, thinking_budget=0, context_window=6000),
+                              "system", session.toolbox.definitions(), api_key=KEY)
+        log = EventLog()
+        session.subscribe(log)
+        await asyncio.wait_for(session.run(), 30)
+        bodies = [r.body for r in server.requests]
+    assert log.of(ContextTrimmed)
+    assert any(COMPACTED_MARK in _user_text(b["messages"][-1]) and "speedup=1.0" in _user_text(b["messages"][-1])
+               for b in bodies[1:])
+
+
+async def test_max_cost_ends_the_session(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    pricey = ServerUsage(input=2_000_000, output=200_000)
+    script = [reply(tool_use("list_files", {}), usage=pricey), reply(tool_use("list_files", {}), usage=pricey)]
+    with MessagesServer(script) as server:
+        session = Session.build(_config(kernel, server, max_cost=0.01, model="claude-fable-5-2"), FakeExecutor())
+        summary = await asyncio.wait_for(session.run(), 30)
+    assert summary.reason == "max cost reached" and summary.cost_usd >= 0.01 and len(server.requests) == 1
