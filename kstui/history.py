@@ -299,7 +299,7 @@ class History:
             (T_EVAL, str(eval_no)),
             (T_TURN, str(turn)),
             (T_QUESTION, fold(self._scrub.text(question)) if question else None),
-            (T_QUESTION_SOURCE, question_source if question else None),
+            (T_QUESTION_SOURCE, fold(question_source) if question and question_source else None),
         ]
         return self._commit(content, subject, trailers, self._note_of(result))
 
@@ -323,7 +323,7 @@ class History:
         return new
 
     def _note_of(self, result: EvalResult) -> str:
-        return self._scrub.text(result.to_json())
+        return self._scrub.dumps(result.to_dict())  # structural scrub: the note stays valid JSON
 
     def _commit(self, content: str, subject: str, trailers: list[tuple[str, str | None]], note: str | None) -> str:
         env = self._identity_env()
