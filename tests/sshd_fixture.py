@@ -77,6 +77,7 @@ class SshServer:
         **kwargs: object,
     ) -> SshExecutor:
         options = list(ssh_options) if ssh_options is not None else ["-F", str(self.client_config())]
+        kwargs.setdefault("control_persist_s", 20)  # a test process killed mid-test leaves no master for long
         return SshExecutor(
             SshTarget.parse(self.url(python, port)), ssh_options=options, remote_cache=str(cache), **kwargs  # type: ignore[arg-type]
         )

@@ -103,6 +103,7 @@ class SshExecutor:
         remote_cache: str | None = None,
         connect_timeout_s: float = 15.0,
         require_idle_gpu: bool = True,
+        control_persist_s: int = 300,
     ) -> None:
         self.target = target
         self.devices = list(devices) if devices else None
@@ -111,6 +112,8 @@ class SshExecutor:
         self.remote_cache = remote_cache
         self.connect_timeout_s = connect_timeout_s
         self.require_idle_gpu = require_idle_gpu
+        # How long the master outlives us if we die without close(): it then leaves by itself.
+        self.control_persist_s = control_persist_s
         self._pool = pool_for(self.devices)
         self._connect_lock = asyncio.Lock()
         self._control_dir: str | None = None
@@ -202,7 +205,7 @@ class SshExecutor:
         # because the background master keeps it open for as long as it lives.
         assert self._control_dir is not None
         log = Path(self._control_dir) / "master.log"
-        argv = self._ssh("-M", "-N", "-f", "-o", "ControlPersist=300", "--", self.target.destination)
+        argv = self._ssh("-M", "-N", "-f", "-o", f"ControlPersist={self.control_persist_s}", "--", self.target.destination)
         with log.open("wb") as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
