@@ -286,14 +286,19 @@ def test_kernel_mode_kept_and_entries_stop_at_user_history(tmp_path):
     assert History(kernel).best().sha == sha  # a fresh History reads the same branch
 
 
-def test_secret_in_question_not_committed(tmp_path, monkeypatch):
+def test_secrets_never_committed(tmp_path, monkeypatch):
     key = "sk-ant-api03-" + "Q" * 40
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     repo = user_repo(tmp_path)
     h = History(repo / "src" / "flash_fwd.cu")
-    sha = h.commit_accepted("x\n", make_result([1.3]), previous=None, turn=1,
+    result = make_result([1.3])
+    result.build.log = f'nvcc -DKEY="{key}" ok'  # a key that leaked into a build log
+    sha = h.commit_accepted("x\n", result, previous=None, turn=1,
                             question=f"why does {key} appear?", question_source="human", eval_no=1)
     assert key not in git(repo, "log", "-1", "--format=%B", sha)
+    assert key not in git(repo, "notes", "--ref", "kstui", "show", sha)
+    back = h.result_of(sha)
+    assert back is not None and back.geomean_speedup == result.geomean_speedup and key not in back.build.log
 
 
 def test_branch_moved_underneath_is_an_error_not_a_loss(tmp_path, monkeypatch):
