@@ -59,6 +59,9 @@ class ReplayAgent:
     def interrupt(self) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
     def compact(self, messages, *, kernel_text, best_summary):  # noqa: ANN001
         return messages, None
 

@@ -52,7 +52,7 @@ from kstui.events import (
 )
 from kstui.history import History, HistoryError
 from kstui.questions import QuestionBank, StallDetector, bank_paths, find_limit_claim
-from kstui.trace import TraceWriter, create_session, read_trace, trace_path
+from kstui.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
 from kstui.watcher import FileWatcher
 
 if TYPE_CHECKING:
@@ -270,7 +270,6 @@ class Session:
         self._harness_hashes: dict[str, str] = {}
         self._last_question: QueuedQuestion | None = None
         self._turn_end_len: dict[int, int] = {}
-        self._notices: list[str] = []
         self._watcher: FileWatcher | None = None
         self._last_evaluated: str | None = None
         self._last_eval_error = ""
@@ -523,6 +522,7 @@ class Session:
         finally:
             if self._watcher is not None:
                 self._watcher.stop()
+            await self._close_collaborators()
             if self._stopping:
                 reason = self._stop_reason
             self._status("stopped")
@@ -537,9 +537,17 @@ class Session:
             trace=self._trace_file or Path(),
         )
 
-    def _open_trace(self) -> None:
-        from kstui.trace import latest_session
+    async def _close_collaborators(self) -> None:
+        """The session owns its agent's HTTP client and its executor: release both, whatever happened."""
+        for closing in (self.agent, self.executor):
+            if closing is None:
+                continue
+            try:
+                await closing.close()
+            except Exception as exc:  # closing at the end must not turn a finished run into a crash
+                self._emit(Error(message=f"closing {type(closing).__name__}: {exc}", where="session"))
 
+    def _open_trace(self) -> None:
         directory: Path | None = None
         resumed_events: list[Event] = []
         if self.config.resume:
@@ -592,7 +600,7 @@ class Session:
 
     async def _run_manual(self) -> str:
         self._status("idle")
-        while (reason := self._limit_reached()) is None:
+        while self._limit_reached() is None:
             await self._wake.wait()
             self._wake.clear()
             if self._stopping:

@@ -143,6 +143,8 @@ def test_manual_headless_run_then_log_and_replay(tmp_path: Path, capsys) -> None
     assert main(["replay", str(trace), "--print"]) == 0
     replayed = capsys.readouterr().out
     assert "ACCEPTED #1" in replayed and "session ended: max evals reached" in replayed
+    assert main(["replay", str(trace.parent), "--analysis"]) == 0
+    assert capsys.readouterr().out.strip()
 
 
 def test_eval_delegates_to_the_harness_cli_exactly(tmp_path: Path) -> None:
