@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_kernel(const Params p) {
     const int row0 = warp * 16;  // this warp's first row within the tile
     // Softmax and epilogue bookkeeping: lanes 2r and 2r+1 share row r of the warp's 16 rows.
     const int my_row = row0 + lane / 2;
-    const int half = lane % 2;
+    const int side = lane % 2;  // which lane of the pair: it takes columns side, side + 2, ...
     const int q_row = q0 + my_row;
     const int key_limit = p.causal ? min(p.seqlen_k, q_row + causal_offset + 1) : p.seqlen_k;  // sees [0, key_limit)
     float row_max = -CUDART_INF_F;  // running max of the scaled scores, log2 domain
@@ -198,13 +198,13 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_kernel(const Params p) {
         }
         __syncwarp();
 
-        // Online softmax: this lane takes columns half, half + 2, ... of its row.
+        // Online softmax over this warp's 16 rows, two lanes per row.
         {
             float x[BLOCK_N / 2];
             float tile_max = -CUDART_INF_F;
 #pragma unroll
             for (int c = 0; c < BLOCK_N / 2; ++c) {
-                const int col = 2 * c + half;
+                const int col = 2 * c + side;
                 const bool visible = k0 + col < key_limit;
                 x[c] = visible ? s_tile[my_row * L::S_PITCH + col] * p.scale_log2 : -CUDART_INF_F;
                 tile_max = fmaxf(tile_max, x[c]);
@@ -219,14 +219,14 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_kernel(const Params p) {
             for (int c = 0; c < BLOCK_N / 2; ++c) {
                 const float e = exp2f(x[c] - ref);
                 tile_sum += e;
-                p_tile[my_row * L::P_PITCH + 2 * c + half] = from_float<T>(e);
+                p_tile[my_row * L::P_PITCH + 2 * c + side] = from_float<T>(e);
             }
             tile_sum += __shfl_xor_sync(FULL_MASK, tile_sum, 1);
             row_sum = row_sum * alpha + tile_sum;
             row_max = new_max;
             if (alpha != 1.f) {
 #pragma unroll
-                for (int c = 0; c < DP; c += 2) o_acc[my_row * L::O_PITCH + c + half] *= alpha;
+                for (int c = 0; c < DP; c += 2) o_acc[my_row * L::O_PITCH + c + side] *= alpha;
             }
         }
 
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_kernel(const Params p) {
     cp_async_wait_all();  // no copy may land in shared memory after the block has exited
 
     // Epilogue: o = O / l, lse = ln(sum exp(scores)); a row that saw no key gets o = 0, lse = -inf.
-    if (half == 0) {
+    if (side == 0) {
         inv_l[my_row] = row_sum > 0.f ? 1.f / row_sum : 0.f;
         if (q_row < p.seqlen_q) {
             const float row_lse = row_sum > 0.f ? row_max * LN2 + logf(row_sum) : -CUDART_INF_F;
