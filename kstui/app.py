@@ -83,13 +83,13 @@ class KstuiApp(App[int]):
         except Exception as exc:  # the run died: say so, keep the app (and everything on screen) alive
             self.forward(ev.Error(f"the session stopped: {exc}", where="session"))
 
-    def shutdown(self) -> None:
+    def quit_after_stop(self) -> None:
         """Quit after the session has stopped, so that git and the trace are consistent."""
         if not self._stopping:
             self._stopping = True
-            self.run_worker(self._shutdown(), name="shutdown", exit_on_error=False)
+            self.run_worker(self._stop_then_exit(), name="stop-then-exit", exit_on_error=False)
 
-    async def _shutdown(self) -> None:
+    async def _stop_then_exit(self) -> None:
         if self.session is not None:
             self.notify("stopping the session…")
             await self.session.stop()
@@ -99,7 +99,7 @@ class KstuiApp(App[int]):
         if isinstance(self.screen, MainScreen):
             self.screen.action_quit()
         else:
-            self.shutdown()
+            self.quit_after_stop()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -251,8 +251,9 @@ async def test_stall_lights_up_b_and_the_bank_puts_stall_questions_first(tmp_pat
         main = app.main
         await until(pilot, lambda: bool(log.of(ev.Stalled)))
         await until(pilot, lambda: main.speedup.state.stalled is not None)
-        await pilot.pause(0.2)
         assert main.has_class("-stalled") and main.speedup.query_one("#stall").display
+        # The footer rebuilds itself when bindings change: wait for its keys, then look at them.
+        await until(pilot, lambda: any(k.key == "b" for k in main.footer.query(FooterKey)))
         keys = {k.key: k for k in main.footer.query(FooterKey)}
         assert keys["b"].has_class("-alert") and not keys["h"].has_class("-alert")
         await pilot.press("b")

@@ -55,6 +55,3 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
             yield Markdown(self.text)
-
-    async def action_dismiss(self, result: None = None) -> None:
-        self.dismiss(None)

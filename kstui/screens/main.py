@@ -245,10 +245,10 @@ class MainScreen(Screen):
         if self.session is not None and self.status in WORKING:
             self.app.push_screen(
                 ConfirmScreen("The agent is working. Quit? The turn is interrupted; git and the trace stay consistent."),
-                lambda yes: self.app.shutdown() if yes else None,
+                lambda yes: self.app.quit_after_stop() if yes else None,
             )
         else:
-            self.app.shutdown()
+            self.app.quit_after_stop()
 
     def action_resize(self, column: str, delta: int) -> None:
         self.widths[column] = max(1, min(12, self.widths[column] + delta))

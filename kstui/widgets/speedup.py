@@ -15,8 +15,9 @@ from kstui import events as ev
 from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
 from kstui.widgets.speedup_state import SpeedupState
 
-COLUMNS = ("id", "correct", "µs", "baseline µs", "speedup", "TFLOP/s")
-FIELDS = ("id", "correct", "time_us", "baseline_us", "speedup", "tflops")
+# Numbers first, the long scenario id last: in a narrow panel the numbers are what must show.
+COLUMNS = ("ok", "speedup", "µs", "baseline µs", "TFLOP/s", "id")
+FIELDS = ("correct", "speedup", "time_us", "baseline_us", "tflops", "id")
 
 
 def sort_key(value: Any) -> tuple[int, Any]:
@@ -34,7 +35,7 @@ class ScenarioTable(DataTable):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        self.sort_column = 0
+        self.sort_column = FIELDS.index("id")
         self.sort_reverse = False
         self._rows: list[dict[str, Any]] = []
 
@@ -53,8 +54,8 @@ class ScenarioTable(DataTable):
         for s in rows:
             ok = Text("✓", style="green") if s.get("correct") else Text(s.get("verdict", "✗"), style="bold red")
             self.add_row(
-                s.get("id", "?"), ok, fmt_num(s.get("time_us")), fmt_num(s.get("baseline_us")),
-                fmt_x(s.get("speedup")), fmt_num(s.get("tflops")), key=s.get("id"),
+                ok, fmt_x(s.get("speedup")), fmt_num(s.get("time_us")), fmt_num(s.get("baseline_us")),
+                fmt_num(s.get("tflops")), s.get("id", "?"), key=s.get("id"),
             )
 
     def action_cycle_sort(self) -> None:
@@ -149,5 +150,8 @@ class SpeedupPanel(Vertical):
             if accepted:
                 plt.scatter([p.eval_no for p in accepted], [p.geomean for p in accepted], marker="●", color="green")
             plt.hline(1.0, "gray")
+            xs = [p.eval_no for p in points]
+            step = max(1, len(xs) // 6)
+            plt.xticks(xs[::step])
         plt.title("geomean per evaluation (● accepted)")
         self._plot.refresh()

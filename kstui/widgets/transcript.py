@@ -93,7 +93,7 @@ class FoldView(Static, BlockView, can_focus=True):
     restyling thousands of them is what makes a long transcript slow.
     """
 
-    BINDINGS = [Binding("enter,space", "toggle", "open/close", show=False)]
+    BINDINGS = [Binding("enter,space", "toggle_fold", "open/close", show=False)]
 
     def __init__(self, block: Block) -> None:
         super().__init__(classes=f"block fold {block.kind}")
@@ -133,12 +133,12 @@ class FoldView(Static, BlockView, can_focus=True):
     async def stream(self, text: str) -> None:
         self.show(self._block)
 
-    def action_toggle(self) -> None:
+    def action_toggle_fold(self) -> None:
         self.collapsed = not self.collapsed
         self.show(self._block)
 
     def on_click(self) -> None:
-        self.action_toggle()
+        self.action_toggle_fold()
 
 
 class LineView(Static, BlockView):
@@ -248,6 +248,8 @@ class Transcript(VerticalScroll, can_focus=True):
         self._update_earlier()
 
     def _update_earlier(self) -> None:
+        if self._earlier.display != (self._first > 0):
+            self.refresh_bindings()  # the footer offers `u` only when there is something earlier
         self._earlier.display = self._first > 0
         if self._first:
             self._earlier.label = f"▲ {self._first:,} earlier entries — show {min(self.PAGE, self._first)} more"
@@ -260,6 +262,11 @@ class Transcript(VerticalScroll, can_focus=True):
         if views:
             await self.mount_all(views, after=self._earlier)
         self._update_earlier()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "show_earlier":
+            return self._first > 0
+        return True
 
     async def action_show_earlier(self) -> None:
         await self.show_earlier()
