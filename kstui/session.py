@@ -824,7 +824,9 @@ class Session:
         content = self._read_kernel()
         self._last_evaluated = content
         best_text = self._best_text()
-        diff = unified_diff(best_text, content, self.kernel.name) if best_text is not None else ""
+        # Against the best accepted version; before there is one, against nothing: the whole text, so a
+        # rejected version is never lost.
+        diff = unified_diff(best_text or "", content, self.kernel.name)
         eval_no, result = await self._run_executor(self.kernel, scenarios, diff=diff)
         if result is None:
             self._observe_eval(False)

@@ -12,7 +12,17 @@ from messages_server import MessagesServer, ServerUsage, reply, text, tool_use
 
 from kstui.agent import COMPACTED_MARK, Agent, AgentConfig
 from kstui.config import SessionConfig
-from kstui.events import Accepted, ContextTrimmed, QuestionAsked, Rewound, Stalled, StatusChanged, TurnStarted
+from kstui.events import (
+    Accepted,
+    ContextTrimmed,
+    EvaluationFinished,
+    QuestionAsked,
+    Rewound,
+    Stalled,
+    StatusChanged,
+    ToolCallFinished,
+    TurnStarted,
+)
 from kstui.session import Session
 
 KEY = "sk-ant-control-test"
@@ -119,3 +129,38 @@ async def test_max_cost_ends_the_session(tmp_path: Path) -> None:
         session = Session.build(_config(kernel, server, max_cost=0.01, model="claude-fable-5-2"), FakeExecutor())
         summary = await asyncio.wait_for(session.run(), 30)
     assert summary.reason == "max cost reached" and summary.cost_usd >= 0.01 and len(server.requests) == 1
+
+
+async def test_confirm_shell_asks_and_a_refusal_runs_nothing(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    script = [reply(tool_use("bash", {"command": "echo hi > out.txt"})), reply(tool_use("bash", {"command": "echo ok"})),
+              reply(text("fine"))]
+    with MessagesServer(script) as server:
+        session = Session.build(_config(kernel, server, confirm_shell=True), FakeExecutor())
+        asked: list[str] = []
+
+        async def confirm(command: str) -> bool:
+            asked.append(command)
+            return command == "echo ok"
+
+        session.shell_confirmer = confirm
+        log = EventLog()
+        session.subscribe(log)
+        await asyncio.wait_for(session.run(), 30)
+    assert asked == ["echo hi > out.txt", "echo ok"]
+    assert not (kernel.parent / "out.txt").exists()
+    refused, ran = log.of(ToolCallFinished)
+    assert refused.is_error and not ran.is_error and "ok" in ran.output
+
+
+async def test_rejected_versions_before_any_baseline_keep_their_full_text(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    kernel.write_text(kernel_text(1.0, "// fake: build-error\n"))
+    with MessagesServer([reply(tool_use("evaluate", {})), reply(text("no"))]) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor())
+        log = EventLog()
+        session.subscribe(log)
+        await asyncio.wait_for(session.run(), 30)
+    (finished,) = log.of(EvaluationFinished)
+    added = [line[1:] for line in finished.diff.splitlines()[2:] if line.startswith("+")]
+    assert "\n".join(added) + "\n" == kernel.read_text()
