@@ -68,6 +68,7 @@ async def main() -> int:
 
 
 async def measure(root: Path, stack: contextlib.AsyncExitStack, args: argparse.Namespace) -> int:
+    """Warm every executor, time interleaved rounds, print; 1 if a target is missed."""
     kernel = write_kernel(root / "ws")
     echo = fake_python(root / "echo", ECHO_HARNESS)
     executors: dict[str, Executor] = {"local": LocalExecutor(python=str(echo))}
