@@ -29,6 +29,10 @@ for stage in $stages; do
       $PY bench/bench_harness.py --out "$OUT" > "$OUT/bench.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/bench.txt" | sed 's/^BENCH //')
       ;;
+    shards)
+      $PY bench/bench_shards.py --out "$OUT" > "$OUT/shards.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/shards.txt" | sed 's/^BENCH //')
+      ;;
     quick|full)
       for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do
         n=$(basename "$k" .cu)
