@@ -837,6 +837,11 @@ class Session:
             self._observe_eval(False)
             return summarize_result(result) + f"\nREJECTED: {reason}"
         self.state.latest_geomean = result.geomean_speedup
+        if scenarios != self.config.scenarios:
+            # Correct on a subset is not correct on every shape: a partial evaluation is information only.
+            reason = f"evaluated on '{scenarios}': only a '{self.config.scenarios}' evaluation can be accepted"
+            self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
+            return summarize_result(result) + f"\nNOT A CANDIDATE: {reason}"
         verdict = judge(result, self.state.best_geomean, self._best_noise(),
                         floor_pct=self.config.noise_floor_pct, borderline_factor=self.config.borderline_factor)
         if verdict.kind == "borderline":
@@ -848,11 +853,16 @@ class Session:
         previous = self.state.best_geomean
         q = self._last_question
         # Commit and Accepted event with no await between: a stop() cannot split them.
-        sha = self.history.commit_accepted(content, result, previous=previous, turn=self.state.turn,
-                                           question=q.text if q else None,
-                                           question_source=q.source if q else None, eval_no=eval_no)
+        try:
+            sha = self.history.commit_accepted(content, result, previous=previous, turn=self.state.turn,
+                                               question=q.text if q else None,
+                                               question_source=q.source if q else None, eval_no=eval_no)
+            message = self.history.entry(sha).message
+        except HistoryError as exc:
+            self._emit(Error(message=f"could not commit the accepted version: {exc}", where="git"))
+            self._emit(Rejected(eval_no=eval_no, reason=f"not committed: {exc}", geomean=result.geomean_speedup))
+            return summarize_result(result) + f"\nNOT COMMITTED (git failed: {exc}); evaluate again"
         geomean = result.geomean_speedup or 0.0
-        message = self.history.entry(sha).message
         self._emit(Accepted(eval_no=eval_no, commit=sha, geomean=geomean, previous=previous,
                             correct=result.correct_count, total=len(result.scenarios), message=message))
         self._observe_eval(True)

@@ -177,3 +177,13 @@ async def test_harness_change_stops_evaluation_with_an_alert(tmp_path: Path) -> 
     alerts = [e for e in log.of(Error) if e.where == "harness"]
     assert len(alerts) == 1 and "result.py" in alerts[0].message
     assert len(fake.calls) == 1 and len(log.of(Accepted)) == 1
+
+
+async def test_a_partial_scenario_set_is_never_accepted(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    session, task, log = await _manual(kernel, FakeExecutor())
+    outcome = await session.toolbox.run("evaluate", {"scenarios": "bf16-d64-b2-h8x8-s1024x1024"})  # the agent's tool
+    await _finish(session, task)
+    summary_text = outcome.text
+    assert "NOT A CANDIDATE" in summary_text and "1/1 scenarios correct" in summary_text
+    assert log.of(Accepted) == [] and "only a 'full' evaluation" in log.of(Rejected)[0].reason
