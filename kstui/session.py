@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 _DELTA_FLUSH_S = 0.25
 _DELTA_FLUSH_CHARS = 4096
 _MAX_FAILURES_LISTED = 5
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
 
 
 # --- plain data ----------------------------------------------------------------------------------
@@ -277,6 +278,8 @@ class Session:
         self._pending_rewind: tuple[str, str, int] | None = None
         self._best_noise_cache: tuple[str, float | None] | None = None
         self._best_text_cache: tuple[str, str] | None = None
+        self._usage_now: dict[str, Usage] = {}
+        self._usage_before: dict[str, float] = {}
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -380,9 +383,12 @@ class Session:
         elif isinstance(event, Stalled):
             s.stalled = True
         elif isinstance(event, Usage):
-            s.cost_usd = event.cost_usd
-            s.input_tokens, s.output_tokens = event.input_tokens, event.output_tokens
-            s.cache_read_tokens, s.cache_write_tokens = event.cache_read_tokens, event.cache_write_tokens
+            # Usage is cumulative per model and per agent process: sum the models, on top of what a
+            # resumed trace had already spent.
+            self._usage_now[event.model] = event
+            totals = [sum(getattr(u, f) for u in self._usage_now.values()) + self._usage_before.get(f, 0)
+                      for f in _USAGE_FIELDS]
+            (s.input_tokens, s.output_tokens, s.cache_read_tokens, s.cache_write_tokens, s.cost_usd) = totals
 
     def _status(self, status: str) -> None:
         if self.state.status != status:
@@ -989,10 +995,16 @@ class Session:
                 self.state.accepted += 1
             elif isinstance(e, Usage):
                 self._update_state(e)
+            elif isinstance(e, SessionStarted) and self._usage_now:
+                # an earlier run of this session ended here: its spending becomes the offset
+                self._usage_before = {f: getattr(self.state, f) for f in _USAGE_FIELDS}
+                self._usage_now.clear()
             elif isinstance(e, QuestionAsked):
                 self._last_question = QueuedQuestion(e.text, e.source, e.question_id, e.kind)
             elif isinstance(e, QueueChanged):
                 self.queue = [QueuedQuestion(**q) for q in e.queue]
+        self._usage_before = {f: getattr(self.state, f) for f in _USAGE_FIELDS}
+        self._usage_now.clear()
         if self.messages and self.messages[-1]["role"] == "assistant":
             has_tools = any(b.get("type") == "tool_use" for b in self.messages[-1]["content"])
             if not has_tools:

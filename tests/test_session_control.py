@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 from messages_server import MessagesServer, ServerUsage, reply, text, tool_use
 
@@ -164,3 +165,21 @@ async def test_rejected_versions_before_any_baseline_keep_their_full_text(tmp_pa
     (finished,) = log.of(EvaluationFinished)
     added = [line[1:] for line in finished.diff.splitlines()[2:] if line.startswith("+")]
     assert "\n".join(added) + "\n" == kernel.read_text()
+
+
+async def test_resume_in_process_continues_counters_cost_and_queue(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    usage = ServerUsage(input=100_000, output=10_000)
+    with MessagesServer([reply(tool_use("evaluate", {}), usage=usage), reply(text("pause here"), usage=usage)]) as server:
+        first = Session.build(_config(kernel, server, model="claude-fable-5-2", max_turns=2), FakeExecutor())
+        first.subscribe(lambda e: first.ask("queued for later") if isinstance(e, TurnStarted) and e.turn == 2 else None)
+        one = await asyncio.wait_for(first.run(), 30)
+    assert one.cost_usd > 0 and [q.text for q in first.queue] == ["queued for later"]
+    with MessagesServer([reply(text("resumed"), usage=usage)]) as server:
+        second = Session.build(_config(kernel, server, model="claude-fable-5-2", resume=True), FakeExecutor())
+        two = await asyncio.wait_for(second.run(), 30)
+        body = server.requests[0].body
+    assert two.session_id == one.session_id and two.trace == one.trace
+    assert two.cost_usd == pytest.approx(one.cost_usd * 1.5, rel=0.05)  # two replies before, one after
+    assert two.turns == 3 and two.evals == 1 and two.accepted == 1
+    assert "queued for later" in _user_text(body["messages"][-1])
