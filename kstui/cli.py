@@ -39,7 +39,7 @@ def _run_parser(prog: str) -> _Parser:
         description="Make a CUDA kernel faster with a coding agent, judged by the harness.",
         epilog="other commands: kstui eval FILE … (the harness), kstui log FILE, kstui replay TRACE",
     )
-    p.add_argument("file", metavar="FILE", help="the kernel (.cu) to optimise; its task file FILE.toml sits beside it")
+    p.add_argument("file", metavar="FILE", help="the kernel (.cu) to optimise; its task file (same name, .toml) sits beside it")
     p.add_argument("--headless", action="store_true", help="print events line by line instead of the TUI")
     p.add_argument("--max-evals", type=_nonneg_int, metavar="N", help="stop after N evaluations")
     p.add_argument("--max-cost", type=_nonneg_float, metavar="USD", help="stop once the model cost reaches USD")
