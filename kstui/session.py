@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 _DELTA_FLUSH_S = 0.25
 _DELTA_FLUSH_CHARS = 4096
 _MAX_FAILURES_LISTED = 5
+_KERNEL_WRITERS = frozenset({"edit_file", "write_file", "bash"})
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
 
 
@@ -767,7 +768,8 @@ class Session:
         self._emit(ToolCallStarted(turn=turn, call_id=call_id, name=name, input=tool_input))
         self._status("evaluating" if name == "evaluate" else "tool")
         started = time.monotonic()
-        self._tool_running = True
+        # Only these tools can write the kernel: a change during any other one is the human's.
+        self._tool_running = name in _KERNEL_WRITERS
         try:
             outcome = await self.toolbox.run(name, tool_input)
             text, is_error = outcome.text, outcome.is_error
@@ -776,8 +778,10 @@ class Session:
         except Exception as exc:  # the toolbox promises not to raise; if it does, the agent hears why
             text, is_error = f"tool {name} failed: {type(exc).__name__}: {exc}", True
         finally:
+            if self._tool_running:
+                self._known_text = self._read_kernel()  # whatever the tool did to the kernel is the agent's
             self._tool_running = False
-            self._known_text = self._read_kernel()  # whatever the tool did to the kernel is the agent's
+        self._check_external_edit()
         self._emit(ToolCallFinished(turn=turn, call_id=call_id, name=name, output=text, is_error=is_error,
                                     seconds=time.monotonic() - started))
         return _tool_result(call_id, text, is_error)
@@ -786,12 +790,16 @@ class Session:
 
     def _on_file_change(self) -> None:
         """Called on the loop after a burst of changes to the kernel file settled."""
-        text = self._read_kernel()
         if self.agent is None:
             self._wake.set()  # manual mode: every save is evaluated
             return
-        if self._tool_running or text == self._known_text:
-            return  # the agent's own tool is writing it; the tool's end takes the new content as its own
+        if not self._tool_running:  # else the agent's own tool is writing: its end takes the content as its own
+            self._check_external_edit()
+
+    def _check_external_edit(self) -> None:
+        text = self._read_kernel()
+        if self.agent is None or text == self._known_text:
+            return
         diff = unified_diff(self._known_text, text, self.kernel.name)
         self._known_text = text
         self._emit(ExternalEdit(path=str(self.kernel), diff=diff))

@@ -275,3 +275,19 @@ async def test_user_repository_is_untouched(tmp_path: Path) -> None:
     assert [line for line in after.splitlines() if "k." not in line] == \
         [line for line in status.splitlines() if "k." not in line]
     assert _git(repo, "log", "--format=%s", session.history.branch).splitlines()[0].startswith("k: ")
+
+
+async def test_human_edit_during_an_evaluation_is_external_and_the_result_is_not_accepted(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", speedup=1.0)
+    with MessagesServer([reply(tool_use("evaluate", {})), reply(text("noted"))]) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor(delay_s=1.0))
+        log = EventLog()
+        session.subscribe(log)
+        task = asyncio.create_task(session.run())
+        await log.wait_for(TurnStarted)
+        await asyncio.sleep(0.5)  # inside the evaluation
+        kernel.write_text(kernel_text(1.0, "// human was here\n"))
+        await asyncio.wait_for(task, 30)
+        told = _last_user_text(server.requests[1].body)
+    assert log.of(Accepted) == [] and "changed on disk while it was being evaluated" in log.of(Rejected)[0].reason
+    assert len(log.of(ExternalEdit)) == 1 and "+// human was here" in told
