@@ -54,7 +54,8 @@ def do_bench_cudnn_tflops() -> float:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     b, h, s, d = 2, 16, 8192, 128
-    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    # The harness's layout ([B, S, H, D] seen as [B, H, S, D]): cuDNN's speed depends on it.
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
 
     def run():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

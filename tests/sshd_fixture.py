@@ -2,7 +2,7 @@
 
 It runs `sshd -D` as the current user on a free port with a config of its own (StrictModes no, keys
 only, LogLevel VERBOSE into a log the tests read to count TCP connections). Tests skip with a reason
-where sshd or the ssh client is not installed (.ci/setup-ssh.sh installs them).
+where sshd or the ssh client is not installed (.ci/setup-system.sh installs them).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def running_sshd(root: Path) -> Iterator[SshServer]:
     """An sshd on 127.0.0.1 with keys and configs under root, stopped on exit."""
     daemon = _tool("sshd")
     if daemon is None or _tool("ssh") is None or _tool("ssh-keygen") is None:
-        raise SshdUnavailable("OpenSSH (sshd, ssh, ssh-keygen) is not installed: run .ci/setup-ssh.sh")
+        raise SshdUnavailable("OpenSSH (sshd, ssh, ssh-keygen) is not installed: run .ci/setup-system.sh")
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     root.mkdir(parents=True, exist_ok=True)
