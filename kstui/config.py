@@ -48,6 +48,7 @@ class SessionConfig:
     eval_cmd: str | None = None
     gpu: str | None = None
     devices: str | None = None
+    shards: int = 1
     scenarios: str = "full"
     eval_args: tuple[str, ...] = ()  # extra harness arguments for every evaluation (e.g. --check-only)
     confirm_shell: bool = False
@@ -87,6 +88,7 @@ _FILE_FIELDS: dict[str, tuple[type, ...]] = {
     "eval_cmd": (str,),
     "gpu": (str,),
     "devices": (str,),
+    "shards": (int,),
     "scenarios": (str,),
     "confirm_shell": (bool,),
     "noise_floor_pct": (int, float),
