@@ -841,7 +841,11 @@ class Session:
         # Against the best accepted version; before there is one, against nothing: the whole text, so a
         # rejected version is never lost.
         diff = unified_diff(best_text or "", content, self.kernel.name)
-        eval_no, result = await self._run_executor(self.kernel, scenarios, diff=diff)
+        fresh_best: EvalResult | None = None
+        if best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios:
+            (eval_no, result), fresh_best = await self._evaluate_beside_best(best_text, scenarios, diff)
+        else:
+            eval_no, result = await self._run_executor(self.kernel, scenarios, diff=diff)
         if result is None:
             self._observe_eval(False)
             return f"evaluation error: {self._last_eval_error}"
@@ -856,7 +860,10 @@ class Session:
             reason = f"evaluated on '{scenarios}': only a '{self.config.scenarios}' evaluation can be accepted"
             self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
             return summarize_result(result) + f"\nNOT A CANDIDATE: {reason}"
-        verdict = judge(result, self.state.best_geomean, self._best_noise(),
+        best_geomean, best_noise = self.state.best_geomean, self._best_noise()
+        if fresh_best is not None:
+            best_geomean, best_noise = fresh_best.geomean_speedup, fresh_best.noise_pct
+        verdict = judge(result, best_geomean, best_noise,
                         floor_pct=self.config.noise_floor_pct, borderline_factor=self.config.borderline_factor)
         if verdict.kind == "borderline":
             verdict, result = await self._recheck(content, result, scenarios)
@@ -928,6 +935,20 @@ class Session:
                                       seconds=time.monotonic() - started))
         return eval_no, result
 
+    async def _evaluate_beside_best(self, best_text: str, scenarios: str,
+                                    diff: str) -> tuple[tuple[int, EvalResult | None], EvalResult | None]:
+        """The candidate and the best at once, on spare GPUs: the margin then rests on fresh numbers of
+        both, taken under the same conditions. A best that fails to re-time leaves the recorded figure."""
+        best_path = self._snapshot("best", best_text)
+        try:
+            candidate, (_, best) = await asyncio.gather(
+                self._run_executor(self.kernel, scenarios, diff=diff),
+                self._run_executor(best_path, scenarios, label="best, re-timed on a spare GPU"))
+        finally:
+            self._remove_snapshot(best_path)
+        fresh = best if best is not None and failure_reason(best) is None and best.geomean_speedup else None
+        return candidate, fresh
+
     async def _recheck(self, content: str, first: EvalResult, scenarios: str) -> tuple[Verdict, EvalResult]:
         """Re-evaluate the candidate and the best, interleaved, from snapshots; decide on the fresh numbers."""
         best_text = self._best_text()
@@ -949,8 +970,7 @@ class Session:
                     sink.append(r)
         finally:
             for p in (cand_path, best_path):
-                p.unlink(missing_ok=True)
-                p.with_suffix(".toml").unlink(missing_ok=True)
+                self._remove_snapshot(p)
         g_cand = _geomean([r.geomean_speedup for r in cands])  # type: ignore[misc]
         g_best = _geomean([r.geomean_speedup for r in bests])  # type: ignore[misc]
         margin = max([r.noise_pct or 0.0 for r in cands + bests] + [self.config.noise_floor_pct])
@@ -967,6 +987,11 @@ class Session:
         if task.is_file():
             shutil.copyfile(task, path.with_suffix(".toml"))
         return path
+
+    @staticmethod
+    def _remove_snapshot(path: Path) -> None:
+        path.unlink(missing_ok=True)
+        path.with_suffix(".toml").unlink(missing_ok=True)
 
     def _observe_eval(self, accepted: bool) -> None:
         self._stalled(self.stall.observe_eval(accepted))

@@ -46,10 +46,7 @@ class FakeExecutor:
     # drift(call_no, kernel_text) -> factor applied to this call's times (1.0 = none); for noise tests.
     drift: Callable[[int, str], float] | None = None
     calls: list[tuple[Path, str]] = field(default_factory=list)
-
-    @property
-    def parallelism(self) -> int:
-        return 1
+    parallelism: int = 1  # GPUs it can use at once
 
     def describe(self) -> str:
         return "fake"

@@ -187,3 +187,22 @@ async def test_a_partial_scenario_set_is_never_accepted(tmp_path: Path) -> None:
     summary_text = outcome.text
     assert "NOT A CANDIDATE" in summary_text and "1/1 scenarios correct" in summary_text
     assert log.of(Accepted) == [] and "only a 'full' evaluation" in log.of(Rejected)[0].reason
+
+
+async def test_spare_gpus_retime_the_best_beside_the_candidate(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    # The machine got 10% slower since the best was accepted: its recorded 1.0x no longer holds, and a
+    # candidate measured now at 0.95x is in truth faster than the best measured now (0.91x).
+    slower = lambda call_no, text: 1.1 if call_no > 1 else 1.0  # noqa: E731
+    fake = FakeExecutor(parallelism=2, drift=slower, delay_s=0.2)
+    session, task, log = await _manual(kernel, fake)
+    await session.evaluate_now()
+    kernel.write_text(kernel_text(1.05))
+    await session.evaluate_now()
+    await _finish(session, task)
+    assert [p.name for p, _ in fake.calls] == ["k.cu", "k.cu", ".k.kstui-best.cu"]
+    started = log.of(EvaluationStarted)
+    assert "spare GPU" in started[2].where and started[2].ts - started[1].ts < 0.2  # concurrent, not queued
+    accepted = log.of(Accepted)
+    assert len(accepted) == 2 and accepted[1].geomean < 1.0  # beats the fresh best, not the stale record
+    assert not list(kernel.parent.glob(".k.kstui-*"))
