@@ -6,6 +6,8 @@ main screen as messages in the order they were emitted. No threads.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,12 +16,16 @@ from typing import Any
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.timer import Timer
 
 from kstui import events as ev
+from kstui.screens.confirm import ConfirmScreen
 from kstui.screens.history import HistoryScreen
 from kstui.screens.main import MainScreen
 from kstui.screens.replay import ReplayPlayer
 from kstui.widgets.messages import SessionEvent
+
+DELTA_FRAME_S = 1 / 30
 
 PALETTE = (
     ("Ask a question", "Focus the question box", "focus_question"),
@@ -50,7 +56,7 @@ class KstuiApp(App[int]):
         replay: ReplayPlayer | None = None,
         baseline: str | None = None,
         watch: bool = True,
-        transcript_window: int = 150,
+        transcript_window: int = 80,
     ) -> None:
         super().__init__()
         self.session, self.history, self.replay = session, history, replay
@@ -62,6 +68,8 @@ class KstuiApp(App[int]):
                 transcript_window=transcript_window,
             )
         self._stopping = False
+        self._pending_delta: ev.TextDelta | ev.ThinkingDelta | None = None
+        self._delta_timer: Timer | None = None
 
     def on_mount(self) -> None:
         if self.main is None:
@@ -70,12 +78,46 @@ class KstuiApp(App[int]):
         self.push_screen(self.main)
         if self.session is not None:
             self.session.subscribe(self.forward)
+            self.session.shell_confirmer = self.confirm_shell
             self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
+    async def confirm_shell(self, command: str) -> bool:
+        """--confirm-shell: the agent's bash command runs only if the person says yes."""
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.push_screen(
+            ConfirmScreen(f"The agent wants to run:\n\n{command}\n\nRun it?", yes="Run (y)", no="Refuse (n)"),
+            lambda yes: answer.done() or answer.set_result(bool(yes)),
+        )
+        return await answer
+
     def forward(self, event: ev.Event) -> None:
-        """The Session's subscriber: called on this loop, it only queues the event for the screen."""
-        if self.main is not None:
-            self.main.post_message(SessionEvent(event))
+        """The Session's subscriber: called on this loop, it only queues the event for the screen.
+
+        Text and thinking deltas are merged into at most one message per frame: a model streams faster
+        than a terminal needs to redraw, and a backlog of deltas would delay the person's key presses.
+        """
+        if self.main is None:
+            return
+        if isinstance(event, (ev.TextDelta, ev.ThinkingDelta)):
+            pending = self._pending_delta
+            if pending is not None and type(pending) is type(event) and pending.turn == event.turn:
+                pending.text += event.text
+            else:
+                self._flush_delta()
+                self._pending_delta = dataclasses.replace(event)  # a copy: other subscribers share the event
+            if self._delta_timer is None:
+                self._delta_timer = self.set_timer(DELTA_FRAME_S, self._flush_delta)
+            return
+        self._flush_delta()
+        self.main.post_message(SessionEvent(event))
+
+    def _flush_delta(self) -> None:
+        if self._delta_timer is not None:
+            self._delta_timer.stop()
+            self._delta_timer = None
+        if self._pending_delta is not None and self.main is not None:
+            self.main.post_message(SessionEvent(self._pending_delta))
+        self._pending_delta = None
 
     async def _run_session(self) -> None:
         try:

@@ -24,7 +24,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(self.question, id="question")
+            yield Static(self.question, id="question", markup=False)
             with Horizontal(id="buttons"):
                 yield Button(self.yes, id="yes", variant="warning")
                 yield Button(self.no, id="no", variant="primary")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -71,7 +72,7 @@ class MainScreen(Screen):
         replay: ReplayPlayer | None = None,
         baseline: str | None = None,
         watch: bool = True,
-        transcript_window: int = 150,
+        transcript_window: int = 80,
     ) -> None:
         super().__init__()
         self.session = session
@@ -82,7 +83,10 @@ class MainScreen(Screen):
         self.turn: int | None = None
         self.events_seen = 0  # events fully applied to the panes (tests and the benchmark wait on it)
         self.widths = {"source": 4, "middle": 4, "speedup": 3}
-        self.source = SourcePane(kernel, baseline=baseline, watch=watch and replay is None, id="source", classes="column")
+        self.source = SourcePane(
+            kernel, baseline=baseline, watch=watch and replay is None, follow_disk=replay is None,
+            id="source", classes="column",
+        )
         self.transcript = Transcript(window=transcript_window, id="transcript")
         self.speedup = SpeedupPanel(id="speedup", classes="column")
         self.queue = QueueList(id="queue")
@@ -133,6 +137,11 @@ class MainScreen(Screen):
             self.turn = event.turn
         elif isinstance(event, ev.SessionStarted):
             self.mode = "replay" if self.replay is not None else event.mode
+            self.box.display = self.session is not None and self.mode == "agent"
+            self.refresh_bindings()
+        elif isinstance(event, ev.Accepted) and self.replay is not None and self.replay.history is not None:
+            # A replay shows each accepted version as it was committed, not today's file.
+            self.source.show_version(self.replay.history.content_at(event.commit))
         elif isinstance(event, ev.Error):
             self.notify(event.message, title=event.where or "error", severity="error")
         elif isinstance(event, ev.Notice) and event.level == "warning":
@@ -160,7 +169,7 @@ class MainScreen(Screen):
             parts.append(self.status)
         if self.turn is not None:
             parts.append(f"turn {self.turn}")
-        self.query_one("#status", Static).update(" · ".join(parts))
+        self.query_one("#status", Static).update(Text(" · ".join(parts)))
 
     # --- questions ---------------------------------------------------------------------------
 

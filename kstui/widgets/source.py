@@ -65,10 +65,12 @@ class SourcePane(ScrollableContainer, can_focus=True):
     """Scrollable highlighted source; scroll position survives reloads because the Static is updated
     in place rather than replaced."""
 
-    def __init__(self, path: Path, *, baseline: str | None = None, watch: bool = True, **kwargs) -> None:
+    def __init__(self, path: Path, *, baseline: str | None = None, watch: bool = True, follow_disk: bool = True,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = SourceState(path.resolve(), baseline=baseline)
         self._watch = watch
+        self._follow_disk = follow_disk  # False in a replay: the file on disk is not the recorded one
         self._watcher: FileWatcher | None = None
         self._timer: Timer | None = None
         self._code = Static(id="code")
@@ -106,7 +108,14 @@ class SourcePane(ScrollableContainer, can_focus=True):
         self.state.set_baseline(text)
         self._render_code()
 
+    def show_version(self, text: str) -> None:
+        """Show a given version (a replay's accepted commit) as the new baseline."""
+        self.state.text = text
+        self.set_baseline(text)
+
     def apply_event(self, event: ev.Event) -> None:
+        if not self._follow_disk:
+            return
         if isinstance(event, ev.ExternalEdit) or (
             isinstance(event, ev.ToolCallFinished) and event.name in EDIT_TOOLS
         ):

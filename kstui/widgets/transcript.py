@@ -172,10 +172,10 @@ def make_view(block: Block) -> Widget:
 class Transcript(VerticalScroll, can_focus=True):
     """The transcript; `window` blocks stay mounted, earlier ones come back PAGE at a time."""
 
-    PAGE = 100
+    PAGE = 80
     BINDINGS = [Binding("u", "show_earlier", "earlier entries")]
 
-    def __init__(self, *, window: int = 150, **kwargs) -> None:
+    def __init__(self, *, window: int = 80, **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = TranscriptState()
         self.window = window
