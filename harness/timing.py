@@ -23,7 +23,7 @@ MIB = 1 << 20
 MIN_FLUSH_BYTES = 512 * MIB
 
 
-def _load_cudart() -> Any | None:
+def load_cudart() -> Any | None:
     for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
         try:
             return ctypes.CDLL(name)
@@ -56,7 +56,7 @@ class Timer:
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
         self.flush_bytes = max(2 * l2 + 16 * MIB, MIN_FLUSH_BYTES)
         self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
-        self._cudart = _load_cudart()
+        self._cudart = load_cudart()
         self._round = 0
 
     @property

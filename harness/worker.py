@@ -33,9 +33,8 @@ from harness.baselines import BaselineCache, fingerprint
 from harness.poison import GuardedBuffer, guarded_empty
 from harness.result import ScenarioResult
 from harness.tasks import get_task
-from harness.tasks.attention_baselines import is_fallback
 from harness.tasks.base import Baseline, Comparison, Scenario, Task
-from harness.timing import Timer, measure_peaks
+from harness.timing import Timer, load_cudart, measure_peaks
 
 DRAWS = 2  # fresh random inputs per scenario before timing; one more after it
 FLOOR_MARGIN = 1.10  # a time below the floor at 110% of the measured peaks is impossible, not fast
@@ -53,9 +52,8 @@ class FatalCudaError(Exception):
 
 
 def _cuda_error_name(rc: int) -> str:
-    try:
-        lib = ctypes.CDLL("libcudart.so.13")
-    except OSError:
+    lib = load_cudart()
+    if lib is None:
         return f"error {rc}"
     lib.cudaGetErrorName.restype = ctypes.c_char_p
     return f"{lib.cudaGetErrorName(rc).decode()} ({rc})"
@@ -227,20 +225,20 @@ class Judge:
         """The baselines to time now, and the one of record if the cache already names it."""
         wanted = self.job.get("baseline")
         names = [b.name for b in self.baselines if wanted in (None, b.name)]
+        fallback = {b.name for b in self.baselines if b.fallback}
         cached = self.cache.scenario(s.id)
         if not self.job.get("retime") and names and all(n in cached for n in names):
             valid_cached = {n: e["us"] for n, e in cached.items() if n in names and e["valid"] and e["us"]}
-            native = {n: us for n, us in valid_cached.items() if not is_fallback(n)}
+            native = {n: us for n, us in valid_cached.items() if n not in fallback}
             pool = native or valid_cached
             if pool:
                 record = min(pool, key=pool.get)
                 fns = self._valid_baselines(s, inputs, [record])
                 if fns:
                     return fns, record
-        native = [n for n in names if not is_fallback(n)]
-        fns = self._valid_baselines(s, inputs, native)
+        fns = self._valid_baselines(s, inputs, [n for n in names if n not in fallback])
         if not fns:
-            fns = self._valid_baselines(s, inputs, [n for n in names if is_fallback(n)])
+            fns = self._valid_baselines(s, inputs, [n for n in names if n in fallback])
         return fns, None
 
     def _time(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer], res: ScenarioResult) -> None:

@@ -87,9 +87,5 @@ def available() -> list[Baseline]:
     for name, backend in (("cudnn", "CUDNN_ATTENTION"), ("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")):
         out.append(Baseline(name, _sdpa(backend, expand_kv=False), ("o",)))
     for name, backend in (("cudnn+kvexpand", "CUDNN_ATTENTION"), ("flash+kvexpand", "FLASH_ATTENTION")):
-        out.append(Baseline(name, _sdpa(backend, expand_kv=True), ("o",)))
+        out.append(Baseline(name, _sdpa(backend, expand_kv=True), ("o",), fallback=True))
     return out
-
-
-def is_fallback(name: str) -> bool:
-    return name.endswith("+kvexpand")

@@ -36,6 +36,8 @@ class Baseline:
     prepare: Callable[[Scenario, dict[str, Any]], Callable[[], dict[str, "torch.Tensor"]]]
     # Outputs the baseline produces and that are checked (a baseline may not expose every output).
     checks: tuple[str, ...]
+    # A handicapped variant, used only where no regular baseline accepts a scenario.
+    fallback: bool = False
 
 
 @dataclass
