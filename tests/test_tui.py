@@ -294,3 +294,13 @@ def test_only_the_view_modules_import_textual():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "textual" or n.startswith("textual.") for n in names), f"{path} imports Textual"
+
+
+def test_replay_of_a_broken_trace_is_one_line_and_exit_2(tmp_path, capsys):
+    from kstui.app import run_replay_app
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"type": "session_started"\nnot json\n')
+    assert run_replay_app(trace) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trace.jsonl:1" in err
