@@ -29,8 +29,13 @@ KSTUI = Path(sys.executable).with_name("kstui")
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None or not KSTUI.exists(), reason="needs tmux and kstui")
 
 
+# A private server with no config: another tmux server on the machine (its sizes, its options) must
+# not decide this terminal's size.
+SERVER = ["tmux", "-L", f"kstui-test-{uuid.uuid4().hex[:8]}", "-f", "/dev/null"]
+
+
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([*SERVER, *args], capture_output=True, text=True, check=True).stdout
 
 
 def screen_of(name: str) -> str:
@@ -44,7 +49,8 @@ def wait_for(name: str, needle: str, timeout: float = 60.0) -> str:
         if needle in screen:
             return screen
         if time.monotonic() > deadline:
-            raise AssertionError(f"{needle!r} never appeared; the terminal shows:\n{screen}")
+            size = tmux("display", "-p", "-t", name, "#{window_width}x#{window_height}").strip()
+            raise AssertionError(f"{needle!r} never appeared; the {size} terminal shows:\n{screen}")
         time.sleep(0.2)
 
 
@@ -64,7 +70,9 @@ def test_kstui_in_tmux_edits_accepts_and_shows_the_commit(tmp_path):
         command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()),
                               str(KSTUI), str(kernel), "--eval-cmd", eval_cmd])
         tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "40", "-c", str(tmp_path),
-             f"{command}; echo KSTUI-EXIT=$?; sleep 60")
+             # tmux may size a new detached pane after its first process has started; a short wait
+             # lets kstui see the final 140x40 rather than the 80x24 default.
+             f"sleep 0.5; {command}; echo KSTUI-EXIT=$?; sleep 60")
         try:
             screen = wait_for(name, "ACCEPTED")
             assert "The new version is accepted." in wait_for(name, "The new version is accepted.")
@@ -80,7 +88,7 @@ def test_kstui_in_tmux_edits_accepts_and_shows_the_commit(tmp_path):
             tmux("send-keys", "-t", name, "q")
             screen = wait_for(name, "KSTUI-EXIT=0")
         finally:
-            subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+            subprocess.run([*SERVER, "kill-server"], capture_output=True)
     trace = trace_path(latest_session(kernel.parent, kernel))
     events = list(read_trace(trace))
     assert isinstance(events[-1], ev.SessionEnded)
