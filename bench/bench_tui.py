@@ -80,7 +80,6 @@ def rss_mb() -> float:
 async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]:
     from kstui import events as ev
     from kstui.app import KstuiApp
-    from kstui.widgets.messages import SessionEvent
 
     kernel = workspace / "bench.cu"
     kernel.write_text(KERNEL)

@@ -33,7 +33,7 @@ from harness.baselines import BaselineCache, fingerprint
 from harness.poison import GuardedBuffer, guarded_empty
 from harness.result import ScenarioResult
 from harness.tasks import get_task
-from harness.tasks.base import Baseline, Comparison, Scenario, Task
+from harness.tasks.base import Comparison, Scenario, Task
 from harness.timing import Timer, load_cudart, measure_peaks
 
 DRAWS = 2  # fresh random inputs per scenario before timing; one more after it

@@ -5,7 +5,6 @@ protocol and misbehaves on the scenario named in its job; run_worker must give e
 verdict within the budgets.
 """
 
-import signal
 import sys
 import textwrap
 import time

@@ -21,7 +21,6 @@ Prepared = Callable[[], dict[str, Any]]
 
 def _sdpa(backend_name: str, expand_kv: bool) -> Callable[[Scenario, dict], Prepared]:
     def prepare(s: Scenario, inputs: dict) -> Prepared:
-        import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -7,7 +7,6 @@ that make tensors import it themselves and run only inside the worker.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -143,6 +142,3 @@ def parse_kv_spec(spec: str, allowed: dict[str, Callable[[str], Any]]) -> dict[s
             raise ScenarioError(f"scenario spec {spec!r}: bad value for {key!r}: {value!r}") from None
     return out
 
-
-def c_stream(stream: int) -> ctypes.c_void_p:
-    return ctypes.c_void_p(stream)
