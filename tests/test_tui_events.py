@@ -145,3 +145,17 @@ def test_changed_lines_marks_inserted_and_replaced_lines(tmp_path):
     assert not source.read()  # unchanged text: no redraw
     path.unlink()
     assert not source.read() and source.error and source.text == "a\nb\n"  # a vanished file loses nothing
+
+
+def test_speedup_state_says_where_the_last_evaluation_ran():
+    from kstui.widgets.speedup_state import SpeedupState, describe_device
+
+    device = {"host": "gpu1", "index": 0, "name": "NVIDIA H200", "queue_wait_s": 1.25}
+    assert describe_device({"device": device}) == "gpu1 · GPU 0 NVIDIA H200 · queued 1.2 s"
+    two = {"host": "gpu1", "name": "NVIDIA H200", "index": 0,
+           "gpus": [{"index": 0, "name": "NVIDIA H200"}, {"index": 1, "name": "NVIDIA H200"}]}
+    assert describe_device({"device": two}) == "gpu1 · GPU 0,1 NVIDIA H200"
+    assert describe_device({"device": {}}) is None
+    state = SpeedupState()
+    state.apply(ev.EvaluationFinished(eval_no=1, result={"device": device, "scenarios": []}, where="ssh://gpu1"))
+    assert state.where == "ssh://gpu1" and state.device.startswith("gpu1 · GPU 0")

@@ -118,6 +118,8 @@ class SpeedupPanel(Vertical):
             lines.append(f"\nevaluating #{s.evaluating} on {s.where}…", style="yellow")
         else:
             lines.append(f"\nevaluations run on {s.where}", style="dim")
+            if s.device:
+                lines.append(f"\nlast on {s.device}", style="dim")
         if s.last_error:
             lines.append(f"\nlast evaluation failed: {s.last_error}", style="red")
         self._summary.update(lines)

@@ -34,6 +34,7 @@ class SpeedupState:
     cache_read_tokens: int = 0
     cost_usd: float = 0.0
     where: str = "local"
+    device: str | None = None  # host, GPU and queue wait of the latest evaluation
     status: str = "idle"
     evaluating: int | None = None
     last_error: str | None = None
@@ -61,6 +62,7 @@ class SpeedupState:
                 self.points.append(EvalPoint(event.eval_no, None, 0, 0))
                 return True
             self.last_error = None
+            self.device = describe_device(event.result)
             scenarios = event.result.get("scenarios", [])
             correct = sum(1 for s in scenarios if s.get("correct"))
             self.points.append(EvalPoint(event.eval_no, event.result.get("geomean_speedup"), correct, len(scenarios)))
@@ -97,3 +99,16 @@ class SpeedupState:
         else:
             return False
         return True
+
+
+def describe_device(result: dict[str, Any]) -> str | None:
+    """'host · GPU 0 NVIDIA H200 · queued 1.2 s' from an EvalResult's device record (None if empty)."""
+    d = result.get("device") or {}
+    gpus = d.get("gpus") or ([{"index": d.get("index"), "name": d.get("name")}] if d.get("name") else [])
+    parts = [str(d["host"])] if d.get("host") else []
+    if gpus:
+        indices = ",".join(str(g.get("index")) for g in gpus if g.get("index") is not None)
+        parts.append(f"GPU {indices} {gpus[0].get('name') or ''}".strip() if indices else str(gpus[0].get("name")))
+    if d.get("queue_wait_s") is not None:
+        parts.append(f"queued {float(d['queue_wait_s']):.1f} s")
+    return " · ".join(parts) or None
