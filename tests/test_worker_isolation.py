@@ -5,20 +5,26 @@ protocol and misbehaves on the scenario named in its job; run_worker must give e
 verdict within the budgets.
 """
 
+import shutil
 import sys
 import textwrap
 import time
 
 import pytest
 
-from harness.runner import run_worker
+from pathlib import Path
+
+from harness.runner import EvalOptions, evaluate, run_worker
+from harness.tasks import get_task
 from harness.tasks.base import Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FAKE = textwrap.dedent('''
     import json, os, signal, sys, time
     job = json.loads(sys.stdin.read())
     out = os.fdopen(job["fd"], "w", buffering=1)
-    mode = job["mode"]
+    mode = job.get("mode", "none")
     if mode == "die-at-start":
         print("ImportError: no torch here", file=sys.stderr)
         sys.exit(1)
@@ -68,7 +74,7 @@ def verdicts(out):
 
 def test_a_healthy_worker_reports_every_scenario(fake_python):
     out, _ = run(fake_python, "none")
-    assert verdicts(out) == ["ok"] * 4 and out.error is None and out.device == {"name": "fake"}
+    assert verdicts(out) == ["ok"] * 4 and out.error is None and out.device["name"] == "fake"
 
 
 @pytest.mark.parametrize("mode,signame", [("segfault", "SIGSEGV"), ("abort", "SIGABRT")])
@@ -101,3 +107,17 @@ def test_a_worker_that_dies_at_start_is_an_evaluation_error(fake_python):
     out, _ = run(fake_python, "die-at-start")
     assert out.error and "no torch here" in out.error
     assert verdicts(out) == ["skipped"] * 4
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="nvcc is not installed")
+def test_devices_run_one_worker_per_gpu_and_merge_in_order(fake_python, tmp_path):
+    kernel = tmp_path / "rmsnorm.cu"
+    shutil.copy(ROOT / "workspace" / "rmsnorm.cu", kernel)
+    shutil.copy(ROOT / "workspace" / "rmsnorm.toml", kernel.with_suffix(".toml"))
+    opts = EvalOptions(devices=[0, 1], python=fake_python, cache_dir=tmp_path / "cache")
+    result = evaluate(kernel, opts)
+    expected = [s.id for s in get_task("rmsnorm").scenarios("full")]
+    assert [s.id for s in result.scenarios] == expected and result.passed
+    assert {s.gpu for s in result.scenarios} == {0, 1}
+    assert [g["index"] for g in result.device["gpus"]] == [0, 1]
