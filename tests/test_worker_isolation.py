@@ -31,7 +31,7 @@ FAKE = textwrap.dedent('''
     out.write(json.dumps({"kind": "device", "device": {"name": "fake"}}) + "\\n")
     for s in job["scenarios"]:
         out.write(json.dumps({"kind": "start", "id": s["id"]}) + "\\n")
-        if s["id"] == job["bad"]:
+        if s["id"] == job.get("bad"):
             if mode == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)
             if mode == "abort":
