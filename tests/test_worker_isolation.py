@@ -28,7 +28,7 @@ FAKE = textwrap.dedent('''
     if mode == "die-at-start":
         print("ImportError: no torch here", file=sys.stderr)
         sys.exit(1)
-    out.write(json.dumps({"kind": "device", "device": {"name": "fake"}}) + "\\n")
+    out.write(json.dumps({"kind": "device", "device": {"name": "fake", "index": job.get("device_index")}}) + "\\n")
     for s in job["scenarios"]:
         out.write(json.dumps({"kind": "start", "id": s["id"]}) + "\\n")
         if s["id"] == job.get("bad"):
@@ -43,8 +43,9 @@ FAKE = textwrap.dedent('''
                 time.sleep(3600)
             if mode == "hang-child":
                 os.system("sleep 3600")
-        out.write(json.dumps({"kind": "result", "scenario": {"id": s["id"], "timed": s["timed"],
-                                                             "correct": True, "verdict": "ok"}}) + "\\n")
+        out.write(json.dumps({"kind": "result", "scenario": {"id": s["id"], "timed": s["timed"], "correct": True,
+                                                             "verdict": "ok", "gpu": job.get("device_index"),
+                                                             "speedup": 1.0, "time_us": 1.0}}) + "\\n")
     out.write(json.dumps({"kind": "done", "profile": {}}) + "\\n")
 ''')
 
