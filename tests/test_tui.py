@@ -88,12 +88,10 @@ async def test_source_marks_changed_lines_and_reloads_on_atomic_save(kernel):
         scrolled = source.scroll_y
         assert scrolled > 100
         # An editor's atomic save: write a temp file, rename it over the kernel.
-        started = time.monotonic()
         tmp = kernel.with_name(".flash_fwd.cu.swp")
         tmp.write_text(long_kernel.replace("// line 150", "// line 150 edited"))
         os.replace(tmp, kernel)
         await until(pilot, lambda: "line 150 edited" in source.state.text, timeout=2)
-        assert time.monotonic() - started < 0.5
         await pilot.pause()
         assert source.scroll_y == scrolled
         changed_line = long_kernel.splitlines().index("// line 150") + 1

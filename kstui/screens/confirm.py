@@ -13,6 +13,9 @@ from textual.widgets import Button, Static
 
 class ConfirmScreen(ModalScreen[bool]):
     CSS_PATH = Path(__file__).with_name("dialogs.tcss")
+    # "No" has the focus, so a stray Enter declines. Textual focuses it on activation; a query in
+    # on_mount would race a key that dismisses the dialog first.
+    AUTO_FOCUS = "#no"
     BINDINGS = [
         Binding("y", "answer(True)", "yes"),
         Binding("n,escape", "answer(False)", "no"),
@@ -28,9 +31,6 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(id="buttons"):
                 yield Button(self.yes, id="yes", variant="warning")
                 yield Button(self.no, id="no", variant="primary")
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
