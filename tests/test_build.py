@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nvcc_support import NVCC, needs_nvcc
 
 from harness.build import (
     BuildInputError,
@@ -29,15 +30,6 @@ from harness.build import (
 )
 
 
-def _nvcc() -> str | None:
-    try:
-        return find_nvcc(None)
-    except BuildInputError:
-        return None
-
-
-NVCC = _nvcc()
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (set KSTUI_NVCC or CUDA_HOME)")
 
 KERNEL = textwrap.dedent(
     """\

@@ -6,8 +6,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from nvcc_support import NVCC, needs_nvcc
 
-from harness.build import BuildInputError, BuildOptions, build, find_nvcc
+from harness.build import BuildInputError, BuildOptions, build
 from harness.checks import (
     SOURCE_CHECKS,
     binary_checks,
@@ -20,18 +21,9 @@ from harness.checks import (
 )
 
 
-def _nvcc() -> str | None:
-    try:
-        return find_nvcc(None)
-    except BuildInputError:
-        return None
-
-
-NVCC = _nvcc()
 # The preprocessor pass only adds findings to the source-text pass, so patterns that need no macro
 # expansion are tested on the source text alone (fast); macro tricks and includes use nvcc.
 SOURCE_TEXT_ONLY = BuildOptions(nvcc="/nonexistent/nvcc")
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (set KSTUI_NVCC or CUDA_HOME)")
 
 CLEAN = textwrap.dedent(
     r"""

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from nvcc_support import needs_nvcc
 
 from harness.result import EvalResult
 
 ROOT = Path(__file__).resolve().parents[1]
-NVCC = shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()
 
 
 def harness(*args, cwd=ROOT):
@@ -62,7 +62,7 @@ def test_list_scenarios_covers_the_grids():
     assert sum(r[1] == "timed" for r in rows) == 180 and sum(r[1] == "check" for r in rows) >= 200
 
 
-@pytest.mark.skipif(not NVCC, reason="nvcc is not installed")
+@needs_nvcc
 def test_check_only_passes_the_starting_kernels_and_rejects_a_compile_error(kernel_dir):
     for name in ("flash_fwd.cu", "rmsnorm.cu"):
         proc = harness(ROOT / "workspace" / name, "--check-only", "--json", "-")
@@ -78,7 +78,7 @@ def test_check_only_passes_the_starting_kernels_and_rejects_a_compile_error(kern
     assert "k.cu:1:" in proc.stdout  # the table names file:line
 
 
-@pytest.mark.skipif(not NVCC, reason="nvcc is not installed")
+@needs_nvcc
 def test_a_failed_static_check_rejects_without_running(kernel_dir):
     (kernel_dir / "k.cu").write_text(
         '#include <dlfcn.h>\nextern "C" int kstui_attention_fwd() { return dlopen("libcudnn.so", 1) != 0; }\n')

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
-import pytest
 from fakes import EventLog
+from nvcc_support import needs_nvcc
 
 from harness.result import EvalResult
 from kstui.config import SessionConfig
@@ -16,7 +15,7 @@ from kstui.executors import LocalExecutor
 from kstui.session import Session
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@needs_nvcc
 async def test_kernel_that_fails_to_build_is_rejected_with_the_compiler_error(tmp_path: Path) -> None:
     kernel = tmp_path / "ws" / "broken.cu"
     kernel.parent.mkdir()

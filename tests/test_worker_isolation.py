@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from nvcc_support import needs_nvcc
 
 from pathlib import Path
 
@@ -110,8 +111,7 @@ def test_a_worker_that_dies_at_start_is_an_evaluation_error(fake_python):
     assert verdicts(out) == ["skipped"] * 4
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                    reason="nvcc is not installed")
+@needs_nvcc
 def test_devices_run_one_worker_per_gpu_and_merge_in_order(fake_python, tmp_path):
     kernel = tmp_path / "rmsnorm.cu"
     shutil.copy(ROOT / "workspace" / "rmsnorm.cu", kernel)
