@@ -39,6 +39,11 @@ async def until(pilot, condition, timeout: float = 15.0) -> None:
         await pilot.pause(0.02)
 
 
+def showing(app, screen_type: type) -> bool:
+    """The screen is on top and composed: pushing it returns before its children exist."""
+    return isinstance(app.screen, screen_type) and app.screen.is_mounted
+
+
 @asynccontextmanager
 async def live(tmp_path: Path, script: list | None, *, executor: FakeExecutor | None = None,
                size: tuple[int, int] = (140, 40), kernel_extra: str = "", **config: Any):
@@ -99,8 +104,7 @@ async def test_agent_edits_evaluation_accepts_every_pane_follows_and_quit_is_cle
         assert any(b.kind == "text" and "Done for now." in b.body for b in blocks)
         # h shows the commit the session made.
         await pilot.press("h")
-        await pilot.pause()
-        assert isinstance(app.screen, HistoryScreen)
+        await until(pilot, lambda: showing(app, HistoryScreen))
         assert app.screen.query_one("#commits").row_count == 2
         assert app.screen.shown == accepted[-1].commit
         await pilot.press("escape")
@@ -315,7 +319,7 @@ async def test_confirm_shell_asks_before_the_agents_command_runs(tmp_path):
         reply(text("ok")),
     ]
     async with live(tmp_path, script, confirm_shell=True) as (app, pilot, session, log):
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: showing(app, ConfirmScreen))
         assert f"touch {marker} [x]" in str(app.screen.query_one("#question").render())
         await pilot.press("n")
         await until(pilot, lambda: len(log.of(ev.ToolCallFinished)) == 1)
