@@ -15,9 +15,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer
 
 from kstui.screens.confirm import ConfirmScreen
+from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import SOURCE_ICONS, fmt_x, result_summary
 from kstui.widgets.speedup import ScenarioTable
 
@@ -54,9 +55,9 @@ class HistoryScreen(Screen):
         with Horizontal(id="panes"):
             yield DataTable(id="commits", cursor_type="row", zebra_stripes=True)
             with Vertical(id="detail"):
-                yield Static(id="head")
+                yield FitStatic(id="head")
                 with VerticalScroll(id="diff-scroll"):
-                    yield Static(id="diff")
+                    yield FitStatic(id="diff")
                 yield ScenarioTable(id="result")
         yield Footer()
 
@@ -75,7 +76,7 @@ class HistoryScreen(Screen):
         for entry in self.entries:
             table.add_row(*entry_row(entry), key=entry.sha)
         if not self.entries:
-            self.query_one("#head", Static).update("No accepted kernel yet: the history fills as versions are accepted.")
+            self.query_one("#head", FitStatic).update("No accepted kernel yet: the history fills as versions are accepted.")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "commits" and event.row_key.value:
@@ -95,8 +96,8 @@ class HistoryScreen(Screen):
         if entry.question:
             source = entry.question_source or "?"
             head.append(f"\npreceded by {SOURCE_ICONS.get(source, '')} {source}: {entry.question}", style="italic")
-        self.query_one("#head", Static).update(head)
-        self.query_one("#diff", Static).update(
+        self.query_one("#head", FitStatic).update(head)
+        self.query_one("#diff", FitStatic).update(
             Syntax(diff, "diff", theme="monokai", word_wrap=False) if diff.strip() else Text("(no change)")
         )
         self.query_one(ScenarioTable).show(result.to_dict()["scenarios"] if result is not None else [])

@@ -10,9 +10,10 @@ from pathlib import Path
 from rich.syntax import Syntax
 from textual.containers import ScrollableContainer
 from textual.timer import Timer
-from textual.widgets import Static
+
 from kstui import events as ev
 from kstui.watcher import FileWatcher
+from kstui.widgets.fit import FitStatic
 
 # Writes arrive in bursts (an editor's temp file + rename, the agent's several edits): wait this long
 # after the last one before reading, well inside the half second the pane promises.
@@ -62,7 +63,7 @@ class SourceState:
 
 
 class SourcePane(ScrollableContainer, can_focus=True):
-    """Scrollable highlighted source; scroll position survives reloads because the Static is updated
+    """Scrollable highlighted source; scroll position survives reloads because the code widget is updated
     in place rather than replaced."""
 
     def __init__(self, path: Path, *, baseline: str | None = None, watch: bool = True, follow_disk: bool = True,
@@ -73,7 +74,7 @@ class SourcePane(ScrollableContainer, can_focus=True):
         self._follow_disk = follow_disk  # False in a replay: the file on disk is not the recorded one
         self._watcher: FileWatcher | None = None
         self._timer: Timer | None = None
-        self._code = Static(id="code")
+        self._code = FitStatic(id="code")
 
     def compose(self):
         yield self._code

@@ -8,10 +8,11 @@ from typing import Any
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
 from kstui import events as ev
+from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
 from kstui.widgets.speedup_state import SpeedupState
 
@@ -79,11 +80,11 @@ class SpeedupPanel(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = SpeedupState()
-        self._summary = Static(id="summary")
-        self._stall = Static(id="stall")
+        self._summary = FitStatic(id="summary")
+        self._stall = FitStatic(id="stall")
         self._plot = PlotextPlot(id="plot")
         self._table = ScenarioTable(id="scenarios")
-        self._usage = Static(id="usage")
+        self._usage = FitStatic(id="usage")
 
     def compose(self):
         yield self._summary

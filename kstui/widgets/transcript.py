@@ -16,10 +16,11 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Button, Markdown, Static
+from textual.widgets import Button, Markdown
 from textual.widgets._markdown import MarkdownStream
 
 from kstui import events as ev
+from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import fmt_num, fmt_x
 from kstui.widgets.transcript_state import Block, Change, TranscriptState
 
@@ -86,7 +87,7 @@ STATUS_STYLES = {
 }
 
 
-class FoldView(Static, BlockView, can_focus=True):
+class FoldView(FitStatic, BlockView, can_focus=True):
     """Thinking, tool calls, evaluations, edits and long messages: one line that opens (enter or click).
 
     One widget per block, rendering its own title and body: a Collapsible is five widgets, and
@@ -141,7 +142,7 @@ class FoldView(Static, BlockView, can_focus=True):
         self.action_toggle_fold()
 
 
-class LineView(Static, BlockView):
+class LineView(FitStatic, BlockView):
     """Questions, notices and errors: always visible, styled by kind, source and level."""
 
     def __init__(self, block: Block) -> None:
