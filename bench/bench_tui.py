@@ -3,7 +3,8 @@
 1. First frame: `kstui FILE --no-agent` in a real terminal (tmux) until the status line is drawn; and
    whether importing the app and the session pulls in torch (it must not).
 2. Key press to screen update while assistant text streams into a transcript that holds 11,500 tool
-   calls: typing into the question box, and a column-resize key (which re-lays out every pane).
+   calls: typing into the question box, and both column-resize keys (each moves one divider: the
+   transcript and the column beside it are laid out and painted again).
 3. Resident memory of that process at that size.
 
 Run: .venv/bin/python bench/bench_tui.py [--calls 11500] [--presses 40]
@@ -67,7 +68,9 @@ def press(app, key: str) -> None:
     it never does while text streams, so it would measure its own timeout)."""
     from textual import events
 
-    character = key if len(key) == 1 else {"left_square_bracket": "[", "right_square_bracket": "]"}.get(key)
+    names = {"left_square_bracket": "[", "right_square_bracket": "]", "left_curly_bracket": "{",
+             "right_curly_bracket": "}"}
+    character = key if len(key) == 1 else names.get(key)
     app.post_message(events.Key(key, character))
 
 
@@ -109,7 +112,7 @@ async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]
 
         streamer = asyncio.create_task(stream())
         await pilot.pause(0.5)
-        resize: list[float] = []
+        resize: dict[str, list[float]] = {"source": [], "speedup": []}
         typing: list[float] = []
         main.box.focus()
         for n in range(presses):
@@ -121,15 +124,18 @@ async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]
             typing.append((time.perf_counter() - t0) * 1000)
             await pilot.pause(0.05)
         main.transcript.focus()
-        for n in range(presses):
-            key = "right_square_bracket" if n % 2 == 0 else "left_square_bracket"
-            before = main.source.size.width
-            t0 = time.perf_counter()
-            press(app, key)
-            while main.source.size.width == before:
-                await asyncio.sleep(0.001)
-            resize.append((time.perf_counter() - t0) * 1000)
-            await pilot.pause(0.05)
+        keys = {"source": ("right_square_bracket", "left_square_bracket"),
+                "speedup": ("right_curly_bracket", "left_curly_bracket")}
+        for column, (wider, narrower) in keys.items():
+            for n in range(presses):
+                # Either divider moves the transcript's edge: its new width is the layout having run.
+                before = main.transcript.size.width
+                t0 = time.perf_counter()
+                press(app, wider if n % 2 == 0 else narrower)
+                while main.transcript.size.width == before:
+                    await asyncio.sleep(0.001)
+                resize[column].append((time.perf_counter() - t0) * 1000)
+                await pilot.pause(0.05)
         streamer.cancel()
         streamed = sum(len(b.body) for b in main.transcript.state.blocks if b.kind == "text")
         memory = rss_mb()
@@ -137,7 +143,8 @@ async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]
     return {
         "load_s": load_s,
         "typing": percentiles(typing),
-        "resize": percentiles(resize),
+        "resize_source": percentiles(resize["source"]),
+        "resize_speedup": percentiles(resize["speedup"]),
         "rss_mb": memory,
         "mounted": mounted,
         "streamed_chars": streamed,
@@ -191,7 +198,8 @@ def main() -> int:
           f"loaded in {numbers['load_s']:.2f} s")
     print(f"while streaming ({numbers['streamed_chars']:,} chars), over {args.presses} presses each:")
     print(f"  typing a character in the question box -> the box's value changed (painted on the next frame): {numbers['typing']}")
-    print(f"  column resize key -> layout updated: {numbers['resize']}")
+    print(f"  source column key ([ ]) -> layout updated: {numbers['resize_source']}")
+    print(f"  speedup column key ({{ }}) -> layout updated: {numbers['resize_speedup']}")
     print(f"resident memory: {numbers['rss_mb']:.0f} MB")
     print(f"atomic save -> source pane reloaded (20 saves, 400-line kernel): {reload}")
     return 0

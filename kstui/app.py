@@ -24,6 +24,7 @@ from kstui.screens.history import HistoryScreen
 from kstui.screens.main import MainScreen
 from kstui.screens.replay import ReplayPlayer
 from kstui.widgets.messages import SessionEvent
+from kstui.widgets.transcript import WINDOW
 
 DELTA_FRAME_S = 1 / 30
 
@@ -56,7 +57,7 @@ class KstuiApp(App[int]):
         replay: ReplayPlayer | None = None,
         baseline: str | None = None,
         watch: bool = True,
-        transcript_window: int = 80,
+        transcript_window: int = WINDOW,
     ) -> None:
         super().__init__()
         self.session, self.history, self.replay = session, history, replay

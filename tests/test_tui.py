@@ -166,13 +166,32 @@ async def test_narrow_terminal_turns_columns_into_tabs(kernel):
         assert not main.has_class("-narrow") and not main.query_one("#tabs").display
 
 
-async def test_columns_resize_with_keys(kernel):
+async def test_columns_resize_with_keys_one_divider_at_a_time(kernel):
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
-        width = app.main.source.size.width
+        main = app.main
+
+        def widths() -> tuple[int, int, int]:
+            return tuple(main.query_one(f"#{c}").outer_size.width for c in ("source", "middle", "speedup"))
+
+        source, middle, speedup = widths()
+        assert source + middle + speedup == 140
         await pilot.press("right_square_bracket", "right_square_bracket")
         await pilot.pause()
-        assert app.main.source.size.width > width
+        wider = widths()
+        assert wider[0] > source and wider[2] == speedup and sum(wider) == 140
+        await pilot.press("left_curly_bracket")
+        await pilot.pause()
+        after = widths()
+        assert after[2] < speedup and after[0] == wider[0] and sum(after) == 140
+        # Proportions survive a terminal resize; the transcript keeps its minimum however far a key goes.
+        await pilot.resize_terminal(200, 40)
+        await pilot.pause()
+        assert abs(widths()[0] / 200 - after[0] / 140) < 0.02
+        for _ in range(40):
+            await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert widths()[1] >= 30 and sum(widths()) == 200
 
 
 async def test_help_lists_the_keys_and_closes(kernel):

@@ -20,6 +20,7 @@ from textual.widgets import Static, Tab, Tabs
 
 from kstui import events as ev
 from kstui.screens.bank import BankChoice, BankScreen
+from kstui.screens.columns import ColumnSplit
 from kstui.screens.confirm import ConfirmScreen
 from kstui.screens.help import HelpScreen
 from kstui.screens.history import HistoryScreen
@@ -28,7 +29,7 @@ from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, Sessio
 from kstui.widgets.questions import QuestionBox, QueueList
 from kstui.widgets.source import SourcePane
 from kstui.widgets.speedup import SpeedupPanel
-from kstui.widgets.transcript import Transcript
+from kstui.widgets.transcript import WINDOW, Transcript
 
 if TYPE_CHECKING:
     from kstui.screens.replay import ReplayPlayer
@@ -72,7 +73,7 @@ class MainScreen(Screen):
         replay: ReplayPlayer | None = None,
         baseline: str | None = None,
         watch: bool = True,
-        transcript_window: int = 80,
+        transcript_window: int = WINDOW,
     ) -> None:
         super().__init__()
         self.session = session
@@ -82,7 +83,7 @@ class MainScreen(Screen):
         self.mode = "replay" if replay is not None else ("agent" if session is not None else "view")
         self.turn: int | None = None
         self.events_seen = 0  # events fully applied to the panes (tests and the benchmark wait on it)
-        self.widths = {"source": 4, "middle": 4, "speedup": 3}
+        self.split = ColumnSplit()
         self.source = SourcePane(
             kernel, baseline=baseline, watch=watch and replay is None, follow_disk=replay is None,
             id="source", classes="column",
@@ -114,7 +115,6 @@ class MainScreen(Screen):
         self.speedup.border_title = "speedup"
         self.queue.display = False
         self.box.display = self.session is not None
-        self._apply_widths()
         self._layout_for(self.size.width, self.size.height)
         self.update_status()
         self.transcript.focus()
@@ -260,8 +260,8 @@ class MainScreen(Screen):
             self.app.quit_after_stop()
 
     def action_resize(self, column: str, delta: int) -> None:
-        self.widths[column] = max(1, min(12, self.widths[column] + delta))
-        self._apply_widths()
+        if self.split.move(column, delta, self.size.width):
+            self._apply_widths(self.size.width)
 
     def action_replay_toggle(self) -> None:
         self.replay.toggle()
@@ -281,9 +281,11 @@ class MainScreen(Screen):
 
     # --- layout ------------------------------------------------------------------------------
 
-    def _apply_widths(self) -> None:
-        for name in COLUMNS:
-            self.query_one(f"#{name}").styles.width = f"{self.widths[name]}fr"
+    def _apply_widths(self, width: int) -> None:
+        # Narrow: one column at a time, as wide as the screen (main.tcss sizes it).
+        widths = None if self.has_class("-narrow") else self.split.widths(width)
+        for name in ("source", "speedup"):
+            self.query_one(f"#{name}").styles.width = widths[name] if widths else None
 
     def on_resize(self, event: events.Resize) -> None:
         self._layout_for(event.size.width, event.size.height)
@@ -291,6 +293,7 @@ class MainScreen(Screen):
     def _layout_for(self, width: int, height: int) -> None:
         narrow = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(narrow, "-narrow")
+        self._apply_widths(width)
         self.query_one("#tabs", Tabs).display = narrow
         if narrow:
             active = self.query_one("#tabs", Tabs).active or "tab-middle"

@@ -25,6 +25,9 @@ from kstui.widgets.format import fmt_num, fmt_x
 from kstui.widgets.transcript_state import Block, Change, TranscriptState
 
 SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its head
+# Blocks kept mounted: a few screens of collapsed blocks. Every mounted block is laid out again when
+# the column's width changes, so this bounds what a resize costs.
+WINDOW = 40
 
 
 def clip(text: str) -> str:
@@ -176,7 +179,7 @@ class Transcript(VerticalScroll, can_focus=True):
     PAGE = 80
     BINDINGS = [Binding("u", "show_earlier", "earlier entries")]
 
-    def __init__(self, *, window: int = 80, **kwargs) -> None:
+    def __init__(self, *, window: int = WINDOW, **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = TranscriptState()
         self.window = window
