@@ -6,13 +6,13 @@ from __future__ import annotations
 import ast
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from pilot_support import until  # noqa: E402
 from test_tui_events import KERNEL, T0, fake_result, recorded_run  # noqa: E402
 
 from harness.result import EvalResult  # noqa: E402
@@ -27,14 +27,6 @@ from kstui.widgets.messages import SessionEvent  # noqa: E402
 from kstui.widgets.transcript import FoldView, TextView  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-async def until(pilot, condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.02)
 
 
 @pytest.fixture

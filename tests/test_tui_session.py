@@ -4,7 +4,6 @@ Messages server, the fake real-schema executor, real git history in a tmp worksp
 from __future__ import annotations
 
 import sys
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import EventLog, FakeExecutor, make_workspace  # noqa: E402
 from messages_server import MessagesServer, reply, text, tool_use  # noqa: E402
+from pilot_support import showing, until  # noqa: E402
 
 from kstui import events as ev  # noqa: E402
 from kstui.app import KstuiApp  # noqa: E402
@@ -29,19 +29,6 @@ API_KEY = "sk-ant-test-tui-0123456789"
 
 def edit(old: float, new: float) -> Any:
     return tool_use("edit_file", {"path": "k.cu", "old_string": f"speedup={old}", "new_string": f"speedup={new}"})
-
-
-async def until(pilot, condition, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.02)
-
-
-def showing(app, screen_type: type) -> bool:
-    """The screen is on top and composed: pushing it returns before its children exist."""
-    return isinstance(app.screen, screen_type) and app.screen.is_mounted
 
 
 @asynccontextmanager
@@ -75,6 +62,16 @@ def last_user_text(body: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(b.get("text", "") if b.get("type") == "text" else str(b.get("content", "")) for b in content)
+
+
+def numbered_replies(seen: list[str]):
+    """A script answering "reply N" to every request, recording the last user text of each."""
+
+    def script(body: dict[str, Any], index: int):
+        seen.append(last_user_text(body))
+        return reply(text(f"reply {index}"))
+
+    return script
 
 
 async def test_agent_edits_evaluation_accepts_every_pane_follows_and_quit_is_clean(tmp_path):
@@ -146,10 +143,7 @@ async def test_question_box_queues_for_the_boundary_and_letters_do_not_fire_keys
 
 async def test_pause_then_queue_is_visible_editable_and_removable(tmp_path):
     seen: list[str] = []
-
-    def script(body: dict[str, Any], index: int):
-        seen.append(last_user_text(body))
-        return reply(text(f"reply {index}"))
+    script = numbered_replies(seen)
 
     async with live(tmp_path, script) as (app, pilot, session, log):
         main = app.main
@@ -218,10 +212,7 @@ async def test_escape_leaves_the_box_then_interrupts(tmp_path):
 
 async def test_bank_picker_filters_sends_and_edits_first(tmp_path):
     seen: list[str] = []
-
-    def script(body: dict[str, Any], index: int):
-        seen.append(last_user_text(body))
-        return reply(text(f"reply {index}"))
+    script = numbered_replies(seen)
 
     async with live(tmp_path, script) as (app, pilot, session, log):
         await until(pilot, lambda: session.state.status == "idle" and len(seen) == 1)
