@@ -5,7 +5,7 @@
 2. Key press to screen update while assistant text streams into a transcript that holds 11,500 tool
    calls: typing into the question box, and both column-resize keys (each moves one divider: the
    transcript and the column beside it are laid out and painted again).
-3. Resident memory of that process at that size.
+3. Resident memory of that process at that size, and the share of a core the stream alone keeps busy.
 
 Run: .venv/bin/python bench/bench_tui.py [--calls 11500] [--presses 40]
 """
@@ -112,6 +112,10 @@ async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]
 
         streamer = asyncio.create_task(stream())
         await pilot.pause(0.5)
+        # What the stream alone costs: the share of one core the app uses with no key pressed.
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.sleep(3)
+        stream_busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
         resize: dict[str, list[float]] = {"source": [], "speedup": []}
         typing: list[float] = []
         main.box.focus()
@@ -146,6 +150,7 @@ async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]
         "resize_source": percentiles(resize["source"]),
         "resize_speedup": percentiles(resize["speedup"]),
         "rss_mb": memory,
+        "stream_busy": stream_busy,
         "mounted": mounted,
         "streamed_chars": streamed,
     }
@@ -196,6 +201,7 @@ def main() -> int:
         reload = asyncio.run(reload_latency(Path(tmp), 20))
     print(f"transcript: {args.calls:,} tool calls, {numbers['mounted']} blocks mounted, "
           f"loaded in {numbers['load_s']:.2f} s")
+    print(f"streaming alone (100 deltas/s, no key pressed): {numbers['stream_busy']:.0%} of one core busy")
     print(f"while streaming ({numbers['streamed_chars']:,} chars), over {args.presses} presses each:")
     print(f"  typing a character in the question box -> the box's value changed (painted on the next frame): {numbers['typing']}")
     print(f"  source column key ([ ]) -> layout updated: {numbers['resize_source']}")
