@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
-#   bash bench/gpu_check.sh [env] [tests] [bench] [suite]     (default: all)
+#   bash bench/gpu_check.sh [env] [tests] [bench] [warm] [shards] [quick] [full]   (default: env tests bench)
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -28,6 +28,10 @@ for stage in $stages; do
     bench)
       $PY bench/bench_harness.py --out "$OUT" > "$OUT/bench.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/bench.txt" | sed 's/^BENCH //')
+      ;;
+    warm)
+      $PY bench/bench_warm.py --out "$OUT" --full > "$OUT/warm.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
       ;;
     shards)
       $PY bench/bench_shards.py --out "$OUT" > "$OUT/shards.txt" 2>&1

@@ -9,12 +9,25 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from harness.result import SCHEMA_VERSION
 
+if TYPE_CHECKING:
+    from harness.pool import WorkerPool
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # to the caller's stderr, which may not be ours
+        raise UsageError(f"{self.prog}: error: {message}")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kstui eval", description="Judge a kernel: build, checks, correctness, timing.")
+    p = _Parser(prog="kstui eval", description="Judge a kernel: build, checks, correctness, timing.")
     p.add_argument("file", type=Path, help="the kernel (.cu) with its task file (.toml) beside it")
     p.add_argument("--scenarios", default="full", help="quick, full (default) or comma-separated ids")
     p.add_argument("--scenario", action="append", default=[], metavar="SPEC",
@@ -28,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="input seed (default: secret and fresh per evaluation)")
     p.add_argument("--scenario-timeout", type=float, metavar="S", help="per-scenario budget in seconds")
     p.add_argument("--total-timeout", type=float, metavar="S", help="whole-evaluation budget in seconds")
+    p.add_argument("--worker-python", metavar="PATH",
+                   help="the Python (with torch and CUDA) that runs the worker (default: this one)")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenario ids and exit")
     p.add_argument("--version", action="version", version=f"kstui-harness schema {SCHEMA_VERSION}")
     return p
@@ -54,8 +69,16 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
     return int(k), int(n)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, pool: "WorkerPool | None" = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """One evaluation. `harness serve` passes its pool of prepared workers and captures the output."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(parser.format_usage().rstrip() + "\n" + str(exc), file=stderr)
+        return 2
     from harness.report import render
     from harness.runner import BadInput, EvalOptions, evaluate, resolve
 
@@ -63,30 +86,31 @@ def main(argv: list[str] | None = None) -> int:
         opts = EvalOptions(selection=args.scenarios, specs=tuple(args.scenario), baseline=args.baseline,
                            retime=args.retime_baselines, check_only=args.check_only,
                            devices=_parse_devices(args.devices), shard=_parse_shard(args.shard), seed=args.seed,
-                           scenario_timeout_s=args.scenario_timeout, total_timeout_s=args.total_timeout)
+                           scenario_timeout_s=args.scenario_timeout, total_timeout_s=args.total_timeout,
+                           **({"python": args.worker_python} if args.worker_python else {}))
         if args.list_scenarios:
             _, _, scenarios = resolve(args.file, opts)
             for s in scenarios:
-                print(f"{s.id}\t{'timed' if s.timed else 'check'}\t{s.group}")
+                print(f"{s.id}\t{'timed' if s.timed else 'check'}\t{s.group}", file=stdout)
             return 0
-        result = evaluate(args.file, opts)
+        result = evaluate(args.file, opts, pool)
     except (BadInput, ValueError) as exc:
-        print(f"kstui eval: {exc}", file=sys.stderr)
+        print(f"kstui eval: {exc}", file=stderr)
         return 2
     except KeyboardInterrupt:
-        print("kstui eval: interrupted", file=sys.stderr)
+        print("kstui eval: interrupted", file=stderr)
         return 2
     text = render(result)
     if args.json == "-":
-        print(text, file=sys.stderr)
-        sys.stdout.write(result.to_json() + "\n")
+        print(text, file=stderr)
+        stdout.write(result.to_json() + "\n")
     else:
-        print(text)
+        print(text, file=stdout)
         if args.json:
             try:
                 Path(args.json).write_text(result.to_json(indent=1) + "\n")
             except OSError as exc:
-                print(f"kstui eval: cannot write {args.json}: {exc.strerror}", file=sys.stderr)
+                print(f"kstui eval: cannot write {args.json}: {exc.strerror}", file=stderr)
                 return 2
     if args.check_only:
         return 0 if result.build.ok and result.checks_ok else 1

@@ -19,13 +19,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.merge import split_balanced
 from harness.result import BuildReport, Check, EvalResult, ScenarioResult
 from harness.taskfile import TaskFileError, load_task_file
 from harness.tasks import get_task
 from harness.tasks.base import Scenario, ScenarioError, Task
+
+if TYPE_CHECKING:
+    from harness.pool import WorkerPool
 
 STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
 LOG_TAIL = 2000
@@ -79,7 +82,16 @@ def resolve(kernel: Path, opts: EvalOptions) -> tuple[Task, Any, list[Scenario]]
     return task, tf, scenarios
 
 
-def evaluate(kernel: Path, opts: EvalOptions) -> EvalResult:
+def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, device_index: int | None,
+                scenarios: list[Scenario]) -> dict[str, Any]:
+    """A worker's first line: everything it can do before it sees the kernel."""
+    return {"task": task.name, "options": options, "device_index": device_index,
+            "cache_path": str((cache_dir or _default_cache()) / "baselines.json"),
+            "warm": _scenario_dicts([s for s in scenarios if s.timed])}
+
+
+def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) -> EvalResult:
+    """Judge a kernel. With a pool, take its prepared worker and leave a new one prepared after."""
     from harness.build import BuildInputError, BuildOptions, build
     from harness.checks import binary_checks, source_checks
 
@@ -114,22 +126,24 @@ def evaluate(kernel: Path, opts: EvalOptions) -> EvalResult:
     devices = opts.devices or [None]
     parts = split_balanced(scenarios, len(devices), task.exact_flops) if len(devices) > 1 else [scenarios]
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
-    job_base = {
-        "task": task.name, "options": tf.options, "library": str(library), "seed": seed,
-        "baseline": opts.baseline, "retime": opts.retime, "time_budget_s": tf.time_budget_ms / 1000.0,
-        "cache_path": str((cache_dir or _default_cache()) / "baselines.json"),
-    }
+    job = {"library": str(library), "seed": seed, "baseline": opts.baseline, "retime": opts.retime,
+           "time_budget_s": tf.time_budget_ms / 1000.0}
+    preps = [preparation(task, tf.options, cache_dir, devices[i], parts[i]) for i in range(len(parts))]
     budgets = (opts.scenario_timeout_s or tf.scenario_timeout_s, opts.total_timeout_s or tf.total_timeout_s)
     outcomes: list[WorkerOutcome | None] = [None] * len(parts)
 
     def work(i: int) -> None:
-        outcomes[i] = run_worker({**job_base, "device_index": devices[i]}, parts[i], opts.python, *budgets)
+        worker = pool.take(preps[i], opts.python) if pool else StartedWorker(preps[i], opts.python)
+        outcomes[i] = worker.run(job, parts[i], *budgets)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(parts))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if pool:
+        for prep in preps:
+            pool.prepare(prep, opts.python)
     by_id: dict[str, ScenarioResult] = {}
     errors = []
     for out in outcomes:
@@ -181,110 +195,164 @@ class WorkerOutcome:
     profile: dict[str, float]
 
 
-def run_worker(job: dict[str, Any], scenarios: list[Scenario], python: str, scenario_timeout_s: float,
-               total_timeout_s: float) -> WorkerOutcome:
-    """Run one worker over scenarios; every scenario gets a result, whatever the worker does."""
-    read_fd, write_fd = os.pipe()
-    job = {**job, "fd": write_fd, "scenarios": [
-        {"id": s.id, "timed": s.timed, "params": s.params, "group": s.group} for s in scenarios]}
-    log = tempfile.TemporaryFile()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-               PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([python, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=log, stderr=log,
-                            pass_fds=(write_fd,), start_new_session=True, env=env, cwd=tempfile.gettempdir())
-    os.close(write_fd)
-    try:
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(job).encode())
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
-    results: dict[str, ScenarioResult] = {}
-    device: dict[str, Any] | None = None
-    current: str | None = None
-    failure: tuple[str, str] | None = None  # (verdict, detail) for the scenario in flight
-    error: str | None = None
-    stopped_at: str | None = None
-    profile: dict[str, float] = {}
-    started = time.monotonic()
-    deadline = started + STARTUP_TIMEOUT_S
-    total_deadline = started + total_timeout_s
-    sel = selectors.DefaultSelector()
-    sel.register(read_fd, selectors.EVENT_READ)
-    buf = b""
-    try:
-        while True:
-            now = time.monotonic()
-            limit = min(deadline, total_deadline)
-            if now >= limit:
-                _kill(proc)
-                if current is None and device is None:
-                    error = f"the worker did not start within {STARTUP_TIMEOUT_S:.0f} s"
-                elif now >= total_deadline:
-                    failure = ("timeout", f"the evaluation ran past its total budget of {total_timeout_s:.0f} s")
-                else:
-                    failure = ("timeout", f"ran past the per-scenario budget of {scenario_timeout_s:.0f} s (a hang?)")
-                break
-            if not sel.select(timeout=min(1.0, limit - now)):
-                continue
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                rc = proc.wait()
-                if current is not None:
-                    failure = ("crash", _describe_exit(rc, log))
-                elif device is None:
-                    error = f"the worker failed before running anything: {_describe_exit(rc, log)}"
-                break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            done = False
-            for line in lines:
-                try:
-                    msg = json.loads(line)
-                    kind = msg["kind"]
-                except (ValueError, KeyError, TypeError):
-                    failure = ("crash", "the worker's result stream was corrupted")
+def _scenario_dicts(scenarios: list[Scenario]) -> list[dict[str, Any]]:
+    return [{"id": s.id, "timed": s.timed, "params": s.params, "group": s.group} for s in scenarios]
+
+
+class StartedWorker:
+    """A worker process, started with its preparation; run() gives it the job and reads its results.
+
+    The preparation (torch, the CUDA context, the measured peaks, the baselines' first calls) does
+    not depend on the kernel, so a worker can be started long before it is run (harness.pool).
+    """
+
+    def __init__(self, prep: dict[str, Any], python: str) -> None:
+        self.prep = prep
+        self.python = python
+        self._read_fd, write_fd = os.pipe()
+        self._log = tempfile.TemporaryFile()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
+                   PYTHONUNBUFFERED="1")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([python, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=self._log,
+                                     stderr=self._log, pass_fds=(write_fd,), start_new_session=True, env=env,
+                                     cwd=tempfile.gettempdir())
+        os.close(write_fd)
+        line = (json.dumps({**prep, "fd": write_fd}) + "\n").encode()
+        # The worker reads this only after importing torch: write from a thread so a long preparation
+        # (many scenarios to warm) never blocks the caller on a full pipe.
+        threading.Thread(target=self._write, args=(line,), daemon=True).start()
+        self._closed = False
+
+    def _write(self, data: bytes, close: bool = False) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    def alive(self) -> bool:
+        return not self._closed and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _kill(self.proc)
+        os.close(self._read_fd)
+        self._log.close()
+
+    def run(self, job: dict[str, Any], scenarios: list[Scenario], scenario_timeout_s: float,
+            total_timeout_s: float) -> WorkerOutcome:
+        """Run the job over scenarios; every scenario gets a result, whatever the worker does."""
+        job_line = (json.dumps({**job, "scenarios": _scenario_dicts(scenarios)}) + "\n").encode()
+        device_index = self.prep.get("device_index")
+        results: dict[str, ScenarioResult] = {}
+        device: dict[str, Any] | None = None
+        current: str | None = None
+        failure: tuple[str, str] | None = None  # (verdict, detail) for the scenario in flight
+        error: str | None = None
+        stopped_at: str | None = None
+        warming: str | None = None
+        profile: dict[str, float] = {}
+        began = time.monotonic()
+        # A worker started long ago and idle since has its "device" and "ready" lines waiting.
+        deadline = max(self.started + STARTUP_TIMEOUT_S, began + 1.0)
+        total_deadline = began + total_timeout_s
+        read_fd, proc, log = self._read_fd, self.proc, self._log
+        sel = selectors.DefaultSelector()
+        sel.register(read_fd, selectors.EVENT_READ)
+        buf = b""
+        try:
+            while True:
+                now = time.monotonic()
+                limit = min(deadline, total_deadline)
+                if now >= limit:
                     _kill(proc)
-                    done = True
+                    if warming is not None:
+                        error = (f"the worker hung warming up the baselines of {warming} "
+                                 f"(past the per-scenario budget of {scenario_timeout_s:.0f} s)")
+                    elif current is None and device is None:
+                        error = f"the worker did not start within {STARTUP_TIMEOUT_S:.0f} s"
+                    elif now >= total_deadline:
+                        failure = ("timeout", f"the evaluation ran past its total budget of {total_timeout_s:.0f} s")
+                    else:
+                        failure = ("timeout", f"ran past the per-scenario budget of {scenario_timeout_s:.0f} s (a hang?)")
                     break
-                if kind == "device":
-                    device = msg["device"]
-                    profile["worker_startup_s"] = time.monotonic() - started
-                elif kind == "start":
-                    current = msg["id"]
-                    deadline = time.monotonic() + scenario_timeout_s
-                elif kind == "result":
-                    res = ScenarioResult(**msg["scenario"])
-                    results[res.id] = res
-                    if res.verdict == "crash":
-                        stopped_at = res.id
-                    current = None
-                    deadline = time.monotonic() + scenario_timeout_s
-                elif kind == "done":
-                    profile.update(msg.get("profile", {}))
-                    done = True
-            if done:
-                break
-    finally:
-        sel.close()
-        os.close(read_fd)
-        if proc.poll() is None:
-            _kill(proc)
-        log.close()
-    if current is not None and failure is not None:
-        results[current] = ScenarioResult(id=current, timed=_timed(scenarios, current), correct=False,
-                                          verdict=failure[0], detail=failure[1], gpu=job.get("device_index"))
-    stopped_at = current or stopped_at or (error and "startup")
-    out = []
-    for s in scenarios:
-        if s.id in results:
-            out.append(results[s.id])
-        else:
-            why = f"not run: the evaluation stopped at {stopped_at}" if stopped_at else "not run"
-            out.append(ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="skipped", detail=why,
-                                      gpu=job.get("device_index")))
-    profile["worker_s"] = time.monotonic() - started
-    return WorkerOutcome(out, device, error, profile)
+                if not sel.select(timeout=min(1.0, limit - now)):
+                    continue
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    rc = proc.wait()
+                    if current is not None:
+                        failure = ("crash", _describe_exit(rc, log))
+                    elif not results:
+                        error = f"the worker failed before running anything: {_describe_exit(rc, log)}"
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                done = False
+                for line in lines:
+                    try:
+                        msg = json.loads(line)
+                        kind = msg["kind"]
+                    except (ValueError, KeyError, TypeError):
+                        failure = ("crash", "the worker's result stream was corrupted")
+                        _kill(proc)
+                        done = True
+                        break
+                    if kind == "device":
+                        device = msg["device"]
+                        profile["worker_startup_s"] = time.monotonic() - began
+                    elif kind == "warm":
+                        warming = msg["id"]
+                        deadline = time.monotonic() + scenario_timeout_s
+                    elif kind == "ready":
+                        warming = None
+                        profile["worker_wait_s"] = time.monotonic() - began
+                        deadline = time.monotonic() + scenario_timeout_s
+                        self._write(job_line, close=True)
+                    elif kind == "start":
+                        current = msg["id"]
+                        deadline = time.monotonic() + scenario_timeout_s
+                    elif kind == "result":
+                        res = ScenarioResult(**msg["scenario"])
+                        results[res.id] = res
+                        if res.verdict == "crash":
+                            stopped_at = res.id
+                        current = None
+                        deadline = time.monotonic() + scenario_timeout_s
+                    elif kind == "done":
+                        profile.update(msg.get("profile", {}))
+                        done = True
+                if done:
+                    break
+        finally:
+            sel.close()
+            self.kill()
+        if current is not None and failure is not None:
+            results[current] = ScenarioResult(id=current, timed=_timed(scenarios, current), correct=False,
+                                              verdict=failure[0], detail=failure[1], gpu=device_index)
+        stopped_at = current or stopped_at or (error and "startup")
+        out = []
+        for s in scenarios:
+            if s.id in results:
+                out.append(results[s.id])
+            else:
+                why = f"not run: the evaluation stopped at {stopped_at}" if stopped_at else "not run"
+                out.append(ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="skipped", detail=why,
+                                          gpu=device_index))
+        profile["worker_s"] = time.monotonic() - began
+        return WorkerOutcome(out, device, error, profile)
+
+
+def run_worker(prep: dict[str, Any], job: dict[str, Any], scenarios: list[Scenario], python: str,
+               scenario_timeout_s: float, total_timeout_s: float) -> WorkerOutcome:
+    """Start a worker and run it at once: an evaluation without a prepared worker."""
+    return StartedWorker(prep, python).run(job, scenarios, scenario_timeout_s, total_timeout_s)
 
 
 def _timed(scenarios: list[Scenario], sid: str) -> bool:

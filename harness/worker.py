@@ -1,11 +1,17 @@
 """The worker: a fresh process per evaluation that loads the candidate and judges it scenario by scenario.
 
-Started by harness.runner with the job as JSON on stdin; writes one JSON object per line to the file
-descriptor named in the job (never stdout, which the kernel may print to):
+Started by harness.runner, which writes two JSON lines on stdin: the preparation (task, options,
+GPU, cache, the scenarios whose baselines to warm up) and, whenever the kernel is ready, the job (the
+library, the secret seed, the scenarios to judge). Everything before the second line is work that
+does not depend on the kernel, so a worker can be prepared while the agent is still writing it (see
+harness.pool). It writes one JSON object per line to the file descriptor named in the preparation
+(never stdout, which the kernel may print to):
   {"kind": "device", "device": {...}}     once, after CUDA is up
+  {"kind": "warm", "id": ...}             before warming each scenario's baselines (a clock, as start)
+  {"kind": "ready"}                       prepared: waiting for the job
   {"kind": "start", "id": ...}            before each scenario (the parent's per-scenario clock)
   {"kind": "result", "scenario": {...}}   after each scenario (a ScenarioResult as a dict)
-  {"kind": "done"}
+  {"kind": "done", "profile": {...}}
 A CUDA error that may have poisoned the context (illegal address, trap, launch failure) ends the
 worker after its result is written; the parent marks the rest skipped and the next evaluation starts
 in a new process, on a healthy context.
@@ -30,6 +36,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from harness.baselines import BaselineCache, fingerprint
+from harness.orphan import die_with_parent
 from harness.poison import GuardedBuffer, guarded_empty
 from harness.result import ScenarioResult
 from harness.tasks import get_task
@@ -113,10 +120,11 @@ def _cuda_sync(device: torch.device) -> None:
 class Judge:
     """Runs one scenario: draws, checks, baselines, timing, the re-check on fresh data."""
 
-    def __init__(self, task: Task, entry: Any, device: torch.device, timer: Timer, cache: BaselineCache,
-                 job: dict[str, Any], peaks: dict[str, float]) -> None:
-        self.task, self.entry, self.device, self.timer, self.cache = task, entry, device, timer, cache
-        self.job, self.peaks = job, peaks
+    def __init__(self, task: Task, device: torch.device, timer: Timer, cache: BaselineCache,
+                 peaks: dict[str, float]) -> None:
+        self.task, self.device, self.timer, self.cache, self.peaks = task, device, timer, cache, peaks
+        self.entry: Any = None
+        self.job: dict[str, Any] = {}
         self.baselines = task.baselines()
         self.profile: dict[str, float] = defaultdict(float)
 
@@ -140,9 +148,11 @@ class Judge:
         return call
 
     def _judged_call(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer]) -> Comparison:
-        """One poisoned, guarded call of the candidate on these inputs, judged against the reference."""
-        with self.phase("reference_s"):
-            ref = self.task.reference(s, inputs)
+        """One poisoned, guarded call of the candidate on these inputs, judged against the reference.
+
+        The reference is computed after the call, so no answer sits in the process's memory while the
+        candidate runs.
+        """
         clones = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
         for b in outs.values():
             b.repoison()
@@ -161,6 +171,8 @@ class Judge:
         for name, b in outs.items():
             if not b.guards_intact():
                 return Comparison("wrong", f"wrote outside {name} (guard zone overwritten)")
+        with self.phase("reference_s"):
+            ref = self.task.reference(s, inputs)
         self._last_ref = ref
         with self.phase("compare_s"):
             return self.task.compare(s, ref, {n: b.tensor for n, b in outs.items()}, self.task.output_names)
@@ -221,25 +233,59 @@ class Judge:
                 self.cache.put(s.id, name, False, None, f"{cmp.verdict}: {cmp.detail}")
         return valid
 
+    def _cached_record(self, s: Scenario, names: list[str]) -> str | None:
+        """The fastest valid baseline the cache knows for this scenario, if it knows them all."""
+        fallback = {b.name for b in self.baselines if b.fallback}
+        cached = self.cache.scenario(s.id)
+        if self.job.get("retime") or not names or not all(n in cached for n in names):
+            return None
+        valid_cached = {n: e["us"] for n, e in cached.items() if n in names and e["valid"] and e["us"]}
+        native = {n: us for n, us in valid_cached.items() if n not in fallback}
+        pool = native or valid_cached
+        return min(pool, key=pool.get) if pool else None
+
     def _pick_baselines(self, s: Scenario, inputs: dict) -> tuple[dict[str, Callable[[], Any]], str | None]:
         """The baselines to time now, and the one of record if the cache already names it."""
         wanted = self.job.get("baseline")
         names = [b.name for b in self.baselines if wanted in (None, b.name)]
         fallback = {b.name for b in self.baselines if b.fallback}
-        cached = self.cache.scenario(s.id)
-        if not self.job.get("retime") and names and all(n in cached for n in names):
-            valid_cached = {n: e["us"] for n, e in cached.items() if n in names and e["valid"] and e["us"]}
-            native = {n: us for n, us in valid_cached.items() if n not in fallback}
-            pool = native or valid_cached
-            if pool:
-                record = min(pool, key=pool.get)
-                fns = self._valid_baselines(s, inputs, [record])
-                if fns:
-                    return fns, record
+        record = self._cached_record(s, names)
+        if record:
+            fns = self._valid_baselines(s, inputs, [record])
+            if fns:
+                return fns, record
         fns = self._valid_baselines(s, inputs, [n for n in names if n not in fallback])
         if not fns:
             fns = self._valid_baselines(s, inputs, [n for n in names if n in fallback])
         return fns, None
+
+    def warm(self, s: Scenario) -> None:
+        """First calls of the baselines this scenario is likely to time, on throwaway inputs.
+
+        cuDNN builds an execution plan on its first call per shape (about a quarter of a second), so a
+        prepared worker pays that before the kernel arrives. Nothing here is judged or kept.
+        """
+        record = self._cached_record(s, [b.name for b in self.baselines])
+        try:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(0)
+            inputs = self.task.make_inputs(s, gen, self.device)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return
+        for b in self.baselines:
+            if (record and b.name != record) or (not record and b.fallback):
+                continue
+            try:
+                fn = b.prepare(s, inputs)
+                with torch.cuda.stream(self.timer.stream):
+                    fn()
+                _cuda_sync(self.device)
+            except FatalCudaError:
+                raise
+            except Exception:
+                continue  # the judged check records why, if it fails there too
+        del inputs
 
     def _time(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer], res: ScenarioResult) -> None:
         with self.phase("baseline_checks_s"):
@@ -298,9 +344,17 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
+def _read_line() -> dict[str, Any] | None:
+    line = sys.stdin.readline()
+    return json.loads(line) if line.strip() else None
+
+
 def main() -> int:
-    job = json.loads(sys.stdin.read())
-    out = os.fdopen(job["fd"], "w", buffering=1)
+    die_with_parent()
+    prep = _read_line()
+    if prep is None:
+        return 0
+    out = os.fdopen(prep["fd"], "w", buffering=1)
 
     def send(obj: dict[str, Any]) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -308,25 +362,41 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    device = torch.device("cuda", job.get("device_index") or 0)
+    device = torch.device("cuda", prep.get("device_index") or 0)
     torch.cuda.set_device(device)
-    task = get_task(job["task"], job.get("options"))
-    entry = getattr(ctypes.CDLL(job["library"]), task.entry_symbol)
-    entry.argtypes, entry.restype = task.argtypes, ctypes.c_int
+    task = get_task(prep["task"], prep.get("options"))
     info = device_info(device)
-    cache = BaselineCache(Path(job["cache_path"]), fingerprint(info, task.name))
-    if job.get("retime"):
-        cache.clear()
+    cache_path, key = Path(prep["cache_path"]), fingerprint(info, task.name)
+    cache = BaselineCache(cache_path, key)
     if not cache.peaks:
         t0 = time.perf_counter()
         cache.peaks = measure_peaks(device)
         info["peaks_measured_s"] = time.perf_counter() - t0
-    info.update(cache.peaks)
+        cache.save()
+    peaks = cache.peaks
+    info.update(peaks)
     stream = torch.cuda.Stream(device)
     timer = Timer(device, stream)
     info["l2_flush_bytes"], info["l2_persist_reset"] = timer.flush_bytes, timer.resets_persisting_l2
     send({"kind": "device", "device": info})
-    judge = Judge(task, entry, device, timer, cache, job, cache.peaks)
+    judge = Judge(task, device, timer, cache, peaks)
+    t0 = time.perf_counter()
+    for sd in prep.get("warm", []):
+        send({"kind": "warm", "id": sd["id"]})
+        judge.warm(Scenario(sd["id"], True, sd["params"], sd.get("group", "")))
+    torch.cuda.empty_cache()  # give back the warm-up's inputs while this worker waits
+    warm_s = time.perf_counter() - t0
+    send({"kind": "ready"})
+    job = _read_line()
+    if job is None:
+        return 0  # the parent went away, or prepared us for an evaluation that never came
+    entry = getattr(ctypes.CDLL(job["library"]), task.entry_symbol)
+    entry.argtypes, entry.restype = task.argtypes, ctypes.c_int
+    # Re-read: another evaluation may have timed baselines while this worker waited.
+    judge.cache = cache = BaselineCache(cache_path, key)
+    if job.get("retime"):
+        cache.clear()
+    judge.entry, judge.job = entry, job
     for sd in job["scenarios"]:
         s = Scenario(sd["id"], sd["timed"], sd["params"], sd.get("group", ""))
         send({"kind": "start", "id": s.id})
@@ -345,7 +415,7 @@ def main() -> int:
         res.seconds = time.perf_counter() - t0
         send({"kind": "result", "scenario": asdict(res)})
     cache.save()
-    send({"kind": "done", "profile": dict(judge.profile)})
+    send({"kind": "done", "profile": {**judge.profile, "warmup_s": warm_s}})
     return 0
 
 

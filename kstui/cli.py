@@ -57,6 +57,8 @@ def _run_parser(prog: str) -> _Parser:
     p.add_argument("--gpu", metavar="URL", help="where to evaluate: local, ssh://host, ray[://addr]")
     p.add_argument("--devices", metavar="LIST", help="GPU indices to use, e.g. 0,1")
     p.add_argument("--shards", type=_nonneg_int, metavar="N", help="with --gpu ray: split each evaluation across N GPUs")
+    p.add_argument("--cold-workers", action="store_true", default=None,
+                   help="local GPUs: start each evaluation's worker when it is asked for, not beforehand")
     p.add_argument("--scenarios", metavar="SET", help="scenario set for evaluations: full, quick or IDs")
     p.add_argument("--confirm-shell", action="store_true", default=None, help="ask before each bash command")
     return p
@@ -123,6 +125,7 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         "no_agent": args.no_agent, "resume": args.resume, "branch": args.branch,
         "questions": str(Path(args.questions).expanduser().resolve()) if args.questions else None,
         "eval_cmd": args.eval_cmd, "gpu": args.gpu, "devices": args.devices, "shards": args.shards,
+        "warm_workers": False if args.cold_workers else None,
         "scenarios": args.scenarios,
         "confirm_shell": args.confirm_shell, "wait_for_human": not headless,
     }
@@ -147,7 +150,8 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
     if config.resume and latest_session(config.workspace, config.kernel) is None:
         raise BadInput(f"{kernel}: no earlier session of this kernel to resume")
     try:
-        executor = make_executor(config.gpu, config.eval_cmd, config.devices, shards=config.shards)
+        executor = make_executor(config.gpu, config.eval_cmd, config.devices, shards=config.shards,
+                                 warm=config.warm_workers)
     except ExecutorError as exc:
         raise BadInput(str(exc)) from None
     try:

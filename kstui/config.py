@@ -49,6 +49,7 @@ class SessionConfig:
     gpu: str | None = None
     devices: str | None = None
     shards: int = 1
+    warm_workers: bool = True  # local GPUs: prepare each next harness worker while the agent works
     scenarios: str = "full"
     eval_args: tuple[str, ...] = ()  # extra harness arguments for every evaluation (e.g. --check-only)
     confirm_shell: bool = False
@@ -89,6 +90,7 @@ _FILE_FIELDS: dict[str, tuple[type, ...]] = {
     "gpu": (str,),
     "devices": (str,),
     "shards": (int,),
+    "warm_workers": (bool,),
     "scenarios": (str,),
     "confirm_shell": (bool,),
     "noise_floor_pct": (int, float),

@@ -19,10 +19,13 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import harness.result
 from harness.result import EvalResult, SchemaError
+
+if TYPE_CHECKING:
+    from kstui.harness_server import HarnessServer
 
 DEFAULT_TIMEOUT_S = 1800.0
 # Bytes kept per output stream: a real EvalResult is far smaller, so more is garbage, not a result.
@@ -90,7 +93,7 @@ async def run_process(
         raise ExecutorError(f"{what} timed out after {timeout_s:g} s (killed)") from None
     finally:
         if proc.returncode is None:  # timed out or cancelled: the leader is alive, so its group id is ours
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             await asyncio.shield(proc.wait())
         if proc.stdin is not None:
             proc.stdin.close()
@@ -124,7 +127,7 @@ async def _drain(stream: asyncio.StreamReader | None) -> bytes:
     return b"".join(chunks)
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -288,19 +291,30 @@ def _harness_env() -> dict[str, str]:
 
 
 class LocalExecutor:
-    """`python -m harness eval … --json -` in a subprocess on this machine."""
+    """`python -m harness eval … --json -` in a subprocess on this machine.
+
+    With warm=True the evaluations go to one long-lived `python -m harness serve` instead, which
+    prepares each GPU's next worker (torch, CUDA, the baselines' first calls) while the agent works,
+    so an evaluation starts judging at once (kstui.harness_server).
+    """
 
     def __init__(
         self,
         python: str = sys.executable,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         devices: Sequence[int] | None = None,
+        warm: bool = False,
     ) -> None:
         self.python = python
         self.timeout_s = timeout_s
         self.devices = list(devices) if devices else None
         self._pool = pool_for(self.devices)
         self._host = socket.gethostname()
+        self._server: HarnessServer | None = None
+        if warm:
+            from kstui.harness_server import HarnessServer
+
+            self._server = HarnessServer(python, _harness_env())
 
     @property
     def parallelism(self) -> int:
@@ -316,14 +330,19 @@ class LocalExecutor:
         async with self._pool.lease() as devices:
             waited = time.monotonic() - asked
             path = Path(kernel).resolve()
-            argv = [self.python, "-m", "harness", *harness_args(str(path), scenarios, extra_args, devices)]
-            done = await run_process(
-                argv, timeout_s=self.timeout_s, what="local harness", env=_harness_env(), cwd=path.parent
-            )
+            args = harness_args(str(path), scenarios, extra_args, devices)
+            if self._server is not None:
+                done = await self._server.request(args[1:], self.timeout_s)
+            else:
+                done = await run_process(
+                    [self.python, "-m", "harness", *args], timeout_s=self.timeout_s, what="local harness",
+                    env=_harness_env(), cwd=path.parent,
+                )
         return annotate(parse_result(done, "local harness"), host=self._host, queue_wait_s=waited)
 
     async def close(self) -> None:
-        return None
+        if self._server is not None:
+            await self._server.close()
 
 
 # --- command template ----------------------------------------------------------------------------
@@ -424,8 +443,10 @@ def make_executor(
     *,
     shards: int = 1,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    warm: bool = False,
 ) -> Executor:
-    """The executor the flags ask for: --gpu (local | ssh://… | ray[://…]), --eval-cmd, --devices, --shards."""
+    """The executor the flags ask for: --gpu (local | ssh://… | ray[://…]), --eval-cmd, --devices, --shards;
+    warm prepares the local executor's workers ahead (the others start theirs on request)."""
     device_list = parse_devices(devices)
     if shards < 1:
         raise ExecutorError(f"--shards must be at least 1 (got {shards})")
@@ -437,7 +458,7 @@ def make_executor(
     if eval_cmd:
         return TemplateExecutor(eval_cmd, timeout_s=timeout_s, devices=device_list)
     if gpu is None or gpu == "local":
-        return LocalExecutor(timeout_s=timeout_s, devices=device_list)
+        return LocalExecutor(timeout_s=timeout_s, devices=device_list, warm=warm)
     if gpu.startswith("ssh://"):
         from kstui.remote.ssh import SshExecutor
 

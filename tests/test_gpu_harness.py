@@ -1,14 +1,17 @@
 """The harness on a real GPU: the starting kernels pass everything, every deliberately wrong kernel is
 rejected with the right verdict, and the harness stays healthy after crashes and hangs.
 
-Runs through the real CLI (`python -m harness eval … --json -`), one fresh process per evaluation.
+Runs through the real CLI (`python -m harness eval … --json -`), one fresh process per evaluation, and
+through `python -m harness serve`, where each worker is prepared before the kernel arrives.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,34 @@ def test_wrong_kernel_is_rejected_with_the_right_verdict(name, suite_dir):
 def test_harness_is_healthy_after_the_suite():
     rc, result, err = harness_eval(WORKSPACE / "flash_fwd.cu", "--scenarios", "quick")
     assert rc == 0 and result is not None and result.passed, err[-2000:]
+
+
+def test_a_prepared_worker_judges_as_strictly_as_a_fresh_one(suite_dir):
+    """Through `harness serve`: the worker of each request after the first was started and warmed up
+    beforehand; a cheat is still caught and the starting kernel still passes after it."""
+    server = subprocess.Popen([sys.executable, "-m", "harness", "serve"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def ask(rid: int, kernel: Path, *args: str) -> tuple[int, EvalResult]:
+        assert server.stdin and server.stdout
+        server.stdin.write(json.dumps({"id": rid, "argv": [str(kernel), "--json", "-", *args]}) + "\n")
+        server.stdin.flush()
+        reply = json.loads(server.stdout.readline())
+        assert reply["id"] == rid and reply["stdout"], reply["stderr"][-2000:]
+        return reply["rc"], EvalResult.from_json(reply["stdout"])
+
+    try:
+        rc, first = ask(1, WORKSPACE / "flash_fwd.cu", "--scenarios", "quick")
+        assert rc == 0 and first.passed
+        time.sleep(15)  # the agent's turn: the next worker starts and warms up
+        cheat = suite_dir["cached-by-pointer"]
+        rc, caught = ask(2, cheat.path, "--scenarios", WRONG_KERNEL_SCENARIOS, "--scenario-timeout", "20")
+        assert rc == 1 and _observed(caught) & set(cheat.expect), sorted(_observed(caught))
+        assert caught.profile["worker_wait_s"] < 1.0, caught.profile
+        time.sleep(15)
+        rc, again = ask(3, WORKSPACE / "flash_fwd.cu", "--scenarios", "quick")
+        assert rc == 0 and again.passed and again.profile["worker_wait_s"] < 1.0, again.profile
+    finally:
+        assert server.stdin
+        server.stdin.close()
+        server.wait(timeout=60)

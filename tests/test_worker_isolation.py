@@ -5,68 +5,32 @@ protocol and misbehaves on the scenario named in its job; run_worker must give e
 verdict within the budgets.
 """
 
+import os
 import shutil
+import signal
 import sys
-import textwrap
 import time
 
 import pytest
+from fake_worker import fake_python  # noqa: F401 (a fixture)
 from nvcc_support import needs_nvcc
 
 from pathlib import Path
 
+from harness.pool import WorkerPool
 from harness.runner import EvalOptions, evaluate, run_worker
 from harness.tasks import get_task
 from harness.tasks.base import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FAKE = textwrap.dedent('''
-    import json, os, signal, sys, time
-    job = json.loads(sys.stdin.read())
-    out = os.fdopen(job["fd"], "w", buffering=1)
-    mode = job.get("mode", "none")
-    if mode == "die-at-start":
-        print("ImportError: no torch here", file=sys.stderr)
-        sys.exit(1)
-    out.write(json.dumps({"kind": "device", "device": {"name": "fake", "index": job.get("device_index")}}) + "\\n")
-    for s in job["scenarios"]:
-        out.write(json.dumps({"kind": "start", "id": s["id"]}) + "\\n")
-        if s["id"] == job.get("bad"):
-            if mode == "segfault":
-                os.kill(os.getpid(), signal.SIGSEGV)
-            if mode == "abort":
-                os.abort()
-            if mode == "hang":
-                time.sleep(3600)
-            if mode == "garbage":
-                out.write("this is not json\\n")
-                time.sleep(3600)
-            if mode == "hang-child":
-                os.system("sleep 3600")
-        out.write(json.dumps({"kind": "result", "scenario": {"id": s["id"], "timed": s["timed"], "correct": True,
-                                                             "verdict": "ok", "gpu": job.get("device_index"),
-                                                             "speedup": 1.0, "time_us": 1.0}}) + "\\n")
-    out.write(json.dumps({"kind": "done", "profile": {}}) + "\\n")
-''')
-
-
-@pytest.fixture
-def fake_python(tmp_path):
-    script = tmp_path / "fake_worker.py"
-    script.write_text(FAKE)
-    exe = tmp_path / "python"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")  # ignores `-m harness.worker`
-    exe.chmod(0o755)
-    return str(exe)
-
-
 SCENARIOS = [Scenario(f"s{i}", i == 2, {}) for i in range(4)]
 
 
 def run(fake_python, mode, scenario_timeout=3.0, total=60.0):
     t0 = time.monotonic()
-    out = run_worker({"mode": mode, "bad": "s1"}, SCENARIOS, fake_python, scenario_timeout, total)
+    prep = {"mode": mode, "warm": [{"id": "s2", "params": {}}]}
+    out = run_worker(prep, {"bad": "s1"}, SCENARIOS, fake_python, scenario_timeout, total)
     return out, time.monotonic() - t0
 
 
@@ -122,3 +86,75 @@ def test_devices_run_one_worker_per_gpu_and_merge_in_order(fake_python, tmp_path
     assert [s.id for s in result.scenarios] == expected and result.passed
     assert {s.gpu for s in result.scenarios} == {0, 1}
     assert [g["index"] for g in result.device["gpus"]] == [0, 1]
+
+
+def test_a_hang_while_warming_up_is_an_evaluation_error(fake_python):
+    out, seconds = run(fake_python, "hang-warm", scenario_timeout=2.0)
+    assert out.error and "warming up the baselines of s2" in out.error
+    assert verdicts(out) == ["skipped"] * 4 and seconds < 10
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _rmsnorm(tmp_path):
+    kernel = tmp_path / "rmsnorm.cu"
+    shutil.copy(ROOT / "workspace" / "rmsnorm.cu", kernel)
+    shutil.copy(ROOT / "workspace" / "rmsnorm.toml", kernel.with_suffix(".toml"))
+    return kernel
+
+
+@needs_nvcc
+def test_a_pool_hands_the_next_evaluation_a_worker_prepared_after_the_last(fake_python, tmp_path):
+    kernel = _rmsnorm(tmp_path)
+    pool = WorkerPool()
+    opts = EvalOptions(python=fake_python, cache_dir=tmp_path / "cache", selection="quick")
+    try:
+        first = evaluate(kernel, opts, pool)
+        (prepared,) = [w for _, w in pool._workers.values()]
+        time.sleep(0.5)
+        assert prepared.alive()  # ready and waiting for a kernel
+        second = evaluate(kernel, opts, pool)
+        assert first.passed and second.passed
+        assert first.device["pid"] != second.device["pid"] == prepared.proc.pid  # fresh process, started early
+        assert second.profile["worker_wait_s"] < first.profile["worker_wait_s"]
+        assert not _pid_alive(first.device["pid"]) and not _pid_alive(second.device["pid"])
+    finally:
+        pool.close()
+    (after,) = {w.proc.pid for w in [prepared]}
+    assert not _pid_alive(after)
+
+
+@needs_nvcc
+def test_a_prepared_worker_for_other_options_is_killed_not_used(fake_python, tmp_path):
+    kernel = _rmsnorm(tmp_path)
+    pool = WorkerPool()
+    try:
+        evaluate(kernel, EvalOptions(python=fake_python, cache_dir=tmp_path / "a"), pool)
+        (stale,) = [w for _, w in pool._workers.values()]
+        result = evaluate(kernel, EvalOptions(python=fake_python, cache_dir=tmp_path / "b"), pool)
+        assert result.passed and result.device["pid"] != stale.proc.pid
+        assert not _pid_alive(stale.proc.pid)
+    finally:
+        pool.close()
+
+
+@needs_nvcc
+def test_a_prepared_worker_that_died_is_replaced(fake_python, tmp_path):
+    kernel = _rmsnorm(tmp_path)
+    pool = WorkerPool()
+    opts = EvalOptions(python=fake_python, cache_dir=tmp_path / "cache")
+    try:
+        evaluate(kernel, opts, pool)
+        (dead,) = [w for _, w in pool._workers.values()]
+        os.kill(dead.proc.pid, signal.SIGKILL)
+        dead.proc.wait()
+        result = evaluate(kernel, opts, pool)
+        assert result.passed and result.error is None and result.device["pid"] != dead.proc.pid
+    finally:
+        pool.close()

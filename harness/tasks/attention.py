@@ -292,40 +292,50 @@ def _attention(q, k, v, scale: float, causal: bool, compute_dtype) -> tuple["tor
     """Plain attention with the explicit bottom-right mask, chunked over query rows.
 
     compute_dtype fp32 gives the reference; the inputs' own dtype gives the same-dtype torch
-    computation whose error sets the tolerance (scores and P·V in that dtype, softmax in fp32).
+    computation whose error sets the tolerance (scores and P·V in that dtype, softmax in fp32). The
+    scale is folded into q, as FlashAttention's own reference does. The references dominate an
+    evaluation's time and are bound by passes over the score matrix, so each chunk makes as few as it
+    can: one matmul, the mask where the chunk needs one, a row max, one fused softmax, the softmax's
+    row max (lse = max - log(max p)) and the P·V matmul.
     """
     import torch
 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     g = hq // hkv
-    kt = k.permute(0, 2, 1, 3).to(compute_dtype)  # [B, Hkv, Sk, D]
-    vt = v.permute(0, 2, 1, 3).to(compute_dtype)
+    kt = k.permute(0, 2, 1, 3).to(compute_dtype).contiguous()  # [B, Hkv, Sk, D]
+    vt = v.permute(0, 2, 1, 3).to(compute_dtype).contiguous()
     o = torch.empty(b, sq, hq, d, dtype=torch.float32, device=q.device)
     lse = torch.empty(b, hq, sq, dtype=torch.float32, device=q.device)
     chunk = max(1, min(sq, CHUNK_ELEMENTS // max(1, b * hq * sk)))
     cols = torch.arange(sk, device=q.device)
+    offset = sk - sq
     for i0 in range(0, sq, chunk):
         i1 = min(sq, i0 + chunk)
         c = i1 - i0
         # Keys past the last one this chunk's last row sees contribute nothing: leave them out.
-        n = min(sk, i1 + sk - sq) if causal else sk
+        n = min(sk, i1 + offset) if causal else sk
         if n <= 0:
             o[:, i0:i1] = 0
             lse[:, :, i0:i1] = float("-inf")
             continue
-        qc = q[:, i0:i1].to(compute_dtype).reshape(b, c, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * c, d)
-        s = torch.matmul(qc, kt[:, :, :n].transpose(-1, -2)).float().mul_(scale)  # [B, Hkv, G*c, n]
-        if causal:
-            rows = torch.arange(i0, i1, device=q.device) + (sk - sq)
-            hidden = (cols[None, :n] > rows[:, None]).repeat(g, 1)  # [G*c, n]
-            s.masked_fill_(hidden, float("-inf"))
-        lse_c = torch.logsumexp(s, dim=-1)
-        p = torch.exp_(s.sub_(lse_c.unsqueeze(-1)))
-        if causal and sq > sk:
-            p = torch.nan_to_num_(p, nan=0.0)  # rows that see no key: exp(-inf - -inf)
+        qc = (q[:, i0:i1].float() * scale).to(compute_dtype)
+        qc = qc.reshape(b, c, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * c, d)
+        s = torch.matmul(qc, kt[:, :, :n].transpose(-1, -2))  # [B, Hkv, G*c, n]
+        if causal and i0 + offset + 1 < n:  # the chunk's first row sees fewer than n keys
+            hidden = cols[None, :n] > (torch.arange(i0, i1, device=q.device) + offset)[:, None]  # [c, n]
+            s.view(b, hkv, g, c, n).masked_fill_(hidden, float("-inf"))
+        row_max = s.amax(dim=-1).float()
+        p = torch.softmax(s, dim=-1, dtype=torch.float32)
+        del s
+        lse_c = row_max - torch.log(p.amax(dim=-1))
         out = torch.matmul(p.to(compute_dtype), vt[:, :, :n]).float()  # [B, Hkv, G*c, D]
+        del p
+        empty = min(c, max(0, -offset - i0))  # leading rows of the chunk that see no key
+        if causal and empty:
+            out.view(b, hkv, g, c, d)[:, :, :, :empty] = 0  # softmax of a row of -inf is NaN
+            lse_c.view(b, hkv, g, c)[:, :, :, :empty] = float("-inf")
         o[:, i0:i1] = out.reshape(b, hkv, g, c, d).permute(0, 3, 1, 2, 4).reshape(b, c, hq, d)
-        lse[:, :, i0:i1] = lse_c.reshape(b, hkv, g, c).reshape(b, hq, c)
-        del s, p, out
+        lse[:, :, i0:i1] = lse_c.reshape(b, hq, c)
+        del out
     return o, lse
