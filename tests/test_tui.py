@@ -153,9 +153,11 @@ async def test_narrow_terminal_turns_columns_into_tabs(kernel):
         main.query_one("#tabs").active = "tab-speedup"
         await pilot.pause()
         assert main.query_one("#speedup").has_class("-active") and not main.query_one("#middle").has_class("-active")
+        assert not any(divider.display for divider in main.query("Divider"))
         await pilot.resize_terminal(120, 32)
         await pilot.pause()
         assert not main.has_class("-narrow") and not main.query_one("#tabs").display
+        assert all(divider.display for divider in main.query("Divider"))
 
 
 async def test_columns_resize_with_keys_one_divider_at_a_time(kernel):
@@ -167,23 +169,86 @@ async def test_columns_resize_with_keys_one_divider_at_a_time(kernel):
             return tuple(main.query_one(f"#{c}").outer_size.width for c in ("source", "middle", "speedup"))
 
         source, middle, speedup = widths()
-        assert source + middle + speedup == 140
+        assert source + middle + speedup == 138  # and a divider beside each side column
         await pilot.press("right_square_bracket", "right_square_bracket")
         await pilot.pause()
         wider = widths()
-        assert wider[0] > source and wider[2] == speedup and sum(wider) == 140
+        assert wider[0] > source and wider[2] == speedup and sum(wider) == 138
         await pilot.press("left_curly_bracket")
         await pilot.pause()
         after = widths()
-        assert after[2] < speedup and after[0] == wider[0] and sum(after) == 140
+        assert after[2] < speedup and after[0] == wider[0] and sum(after) == 138
         # Proportions survive a terminal resize; the transcript keeps its minimum however far a key goes.
         await pilot.resize_terminal(200, 40)
         await pilot.pause()
-        assert abs(widths()[0] / 200 - after[0] / 140) < 0.02
+        assert abs(widths()[0] / 198 - after[0] / 138) < 0.02
         for _ in range(40):
             await pilot.press("right_square_bracket")
         await pilot.pause()
-        assert widths()[1] >= 30 and sum(widths()) == 200
+        assert widths()[1] >= 30 and sum(widths()) == 198
+
+
+def column_widths(main) -> tuple[int, int, int]:
+    return tuple(main.query_one(f"#{c}").outer_size.width for c in ("source", "middle", "speedup"))
+
+
+async def drag(pilot, divider: str, to_x: list[int]) -> None:
+    """Press on a divider, move the pointer to each screen x in turn (a few rows down), let go."""
+    start = pilot.app.main.query_one(divider).region
+    await pilot.mouse_down(divider)
+    for x in to_x:
+        await pilot.hover(offset=(x, start.y + 5))
+    await pilot.mouse_up(offset=(to_x[-1], start.y + 5))
+    await pilot.pause()
+
+
+async def test_dragging_the_source_divider_resizes_its_two_neighbours(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = app.main
+        source, middle, speedup = column_widths(main)
+        divider = main.query_one("#divider-source")
+        assert divider.region.x == source and divider.region.width == 1
+        await drag(pilot, "#divider-source", [source + 3, source + 9])
+        assert column_widths(main) == (source + 9, middle - 9, speedup)
+        assert divider.region.x == source + 9 and app.mouse_captured is None
+        assert not divider.has_class("-dragging")
+        # Let go: moving the pointer over the transcript resizes nothing.
+        await pilot.hover(offset=(source + 20, 10))
+        assert column_widths(main) == (source + 9, middle - 9, speedup)
+
+
+async def test_dragging_the_speedup_divider_resizes_its_two_neighbours(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = app.main
+        source, middle, speedup = column_widths(main)
+        assert main.query_one("#divider-speedup").region.x == 140 - 1 - speedup
+        await drag(pilot, "#divider-speedup", [140 - 1 - speedup - 7])
+        assert column_widths(main) == (source, middle - 7, speedup + 7)
+        # Keys carry on from where the drag left the divider.
+        await pilot.press("left_curly_bracket")
+        await pilot.pause()
+        after = column_widths(main)
+        assert after[0] == source and after[2] < speedup + 7 and sum(after) == 138
+
+
+async def test_a_drag_past_a_limit_stops_there_and_lays_out_only_on_a_change(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = app.main
+        source, middle, speedup = column_widths(main)
+        layouts = []
+        apply_widths = main._apply_widths
+        main._apply_widths = lambda width: (layouts.append(width), apply_widths(width))
+        # Down the divider (x unchanged), then far past the source's minimum in three moves.
+        await drag(pilot, "#divider-source", [source, source, 10, 5, 1])
+        assert column_widths(main) == (20, middle + source - 20, speedup)
+        assert len(layouts) == 1  # the first move reached the minimum; the others changed nothing
+        await drag(pilot, "#divider-speedup", [139, 100, 40, 30])
+        assert column_widths(main) == (20, 30, 138 - 50)
+        await drag(pilot, "#divider-speedup", [139])
+        assert column_widths(main) == (20, 138 - 52, 32)
 
 
 async def test_help_lists_the_keys_and_closes(kernel):
@@ -193,6 +258,7 @@ async def test_help_lists_the_keys_and_closes(kernel):
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         assert "| `q` | quit |" in app.screen.text and "| `?` | help |" in app.screen.text
+        assert "drag a divider" in app.screen.text
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.main

@@ -1,9 +1,9 @@
 """Where the main screen's two column dividers sit.
 
 The source and speedup columns hold shares of the screen width; the transcript takes what is left.
-A key moves one divider, so only the two columns beside it change size: widening the source leaves
-the speedup panel (its plot and table, the dearest panes to lay out again) as it was. Shares rather
-than cells, so a terminal resize keeps the proportions.
+A key or a mouse drag moves one divider, so only the two columns beside it change size: widening the
+source leaves the speedup panel (its plot and table, the dearest panes to lay out again) as it was.
+Shares rather than cells, so a terminal resize keeps the proportions.
 """
 
 from __future__ import annotations
@@ -33,12 +33,26 @@ class ColumnSplit:
 
     def move(self, column: str, steps: int, total: int) -> bool:
         """Widen (steps > 0) or narrow one side column by whole steps; False when it is already at a limit."""
-        if column not in ("source", "speedup"):
-            raise ValueError(f"no divider beside {column!r}")
+        _check(column)
+        return self._set(column, getattr(self, column) + steps * STEP, total)
+
+    def place(self, column: str, cells: int, total: int) -> bool:
+        """Make one side column `cells` wide (its divider dragged there), within the limits `move` keeps;
+        False when its width does not change."""
+        _check(column)
+        return self._set(column, cells / total, total)
+
+    def _set(self, column: str, share: float, total: int) -> bool:
         before = self.widths(total)
-        share = getattr(self, column) + steps * STEP
-        other = self.speedup if column == "source" else self.source
+        # The far column's cells, not its share: a share below its minimum (kept from a wider screen)
+        # would otherwise leave room that widths() then takes back from both side columns.
+        other = before["speedup" if column == "source" else "source"]
         lowest = MIN_CELLS[column] / total
-        highest = 1 - other - MIN_CELLS["middle"] / total
+        highest = (total - other - MIN_CELLS["middle"]) / total
         setattr(self, column, min(max(share, lowest), max(lowest, highest)))
         return self.widths(total) != before
+
+
+def _check(column: str) -> None:
+    if column not in ("source", "speedup"):
+        raise ValueError(f"no divider beside {column!r}")

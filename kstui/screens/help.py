@@ -42,6 +42,7 @@ class HelpScreen(ModalScreen[None]):
         rows += [
             "| `tab` / `shift+tab` | move focus between panes |",
             "| `s` / `r` (scenario table) | sort by the next column / reverse |",
+            "| mouse: drag a divider | move the edge between two columns, as `[` `]` `{` `}` do |",
         ]
         self.text = INTRO + "\n".join(rows) + "\n"
 

@@ -24,6 +24,7 @@ from kstui.screens.columns import ColumnSplit
 from kstui.screens.confirm import ConfirmScreen
 from kstui.screens.help import HelpScreen
 from kstui.screens.history import HistoryScreen
+from kstui.widgets.divider import Divider
 from kstui.widgets.footer import AlertFooter
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, SessionEvent
 from kstui.widgets.questions import QuestionBox, QueueList
@@ -40,6 +41,7 @@ WORKING = {"thinking", "tool", "evaluating"}
 SESSION_ACTIONS = {"bank", "pause", "resume", "interrupt", "evaluate", "focus_question"}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_faster", "replay_slower"}
 COLUMNS = ("source", "middle", "speedup")
+DIVIDERS = 2  # cells between the columns, one beside each side column
 
 
 class MainScreen(Screen):
@@ -102,10 +104,12 @@ class MainScreen(Screen):
         )
         with Horizontal(id="columns"):
             yield self.source
+            yield Divider("source", id="divider-source")
             with Vertical(id="middle", classes="column"):
                 yield self.transcript
                 yield self.queue
                 yield self.box
+            yield Divider("speedup", id="divider-speedup")
             yield self.speedup
         yield self.footer
 
@@ -260,7 +264,16 @@ class MainScreen(Screen):
             self.app.quit_after_stop()
 
     def action_resize(self, column: str, delta: int) -> None:
-        if self.split.move(column, delta, self.size.width):
+        if self.split.move(column, delta, self.size.width - DIVIDERS):
+            self._apply_widths(self.size.width)
+
+    def on_divider_dragged(self, message: Divider.Dragged) -> None:
+        # The side column reaches up to the divider: the source from the left edge, the speedup from the right.
+        columns = self.query_one("#columns").region
+        column = message.divider.column
+        cells = message.screen_x - columns.x if column == "source" else columns.right - 1 - message.screen_x
+        # Layout runs only when a width changed: not for a drag along the divider or past a limit.
+        if self.split.place(column, cells, self.size.width - DIVIDERS):
             self._apply_widths(self.size.width)
 
     def action_replay_toggle(self) -> None:
@@ -283,7 +296,7 @@ class MainScreen(Screen):
 
     def _apply_widths(self, width: int) -> None:
         # Narrow: one column at a time, as wide as the screen (main.tcss sizes it).
-        widths = None if self.has_class("-narrow") else self.split.widths(width)
+        widths = None if self.has_class("-narrow") else self.split.widths(width - DIVIDERS)
         for name in ("source", "speedup"):
             self.query_one(f"#{name}").styles.width = widths[name] if widths else None
 
