@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
-#   bash bench/gpu_check.sh [env] [tests] [bench] [warm] [shards] [quick] [full]   (default: env tests bench)
+#   bash bench/gpu_check.sh [env] [tests] [bench] [warm] [profile] [shards] [quick] [full]   (default: env tests bench)
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -22,8 +22,9 @@ for stage in $stages; do
       note "device" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
       ;;
     tests)
-      $PY -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py -rA --timeout 900 > "$OUT/gpu-tests.txt" 2>&1
-      note "GPU tests (tests/test_gpu_harness.py)" "$(tail -1 "$OUT/gpu-tests.txt")"
+      $PY -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py tests/test_reference_accuracy.py -rA --timeout 900 \
+        > "$OUT/gpu-tests.txt" 2>&1
+      note "GPU tests (test_gpu_harness, test_reference_accuracy)" "$(tail -1 "$OUT/gpu-tests.txt")"
       ;;
     bench)
       $PY bench/bench_harness.py --out "$OUT" > "$OUT/bench.txt" 2>&1
@@ -32,6 +33,12 @@ for stage in $stages; do
     warm)
       $PY bench/bench_warm.py --out "$OUT" --full > "$OUT/warm.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
+      ;;
+    profile)
+      { $PY bench/profile_judge.py --selection quick --top 30
+        $PY bench/profile_judge.py --selection quick --stand-in flash --top 0
+        $PY bench/profile_judge.py --selection full --stand-in flash --top 0; } > "$OUT/profile.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^PROFILE ' "$OUT/profile.txt" | sed 's/^PROFILE //')
       ;;
     shards)
       $PY bench/bench_shards.py --out "$OUT" > "$OUT/shards.txt" 2>&1

@@ -37,11 +37,12 @@ class GuardedBuffer:
     def repoison(self) -> None:
         _int_view(self.base).fill_(_pattern(self.base))
 
-    def guards_intact(self) -> bool:
+    def guard_damage(self) -> "torch.Tensor":
+        """How many guard elements were overwritten: a device scalar, so callers batch the host sync."""
         flat = _int_view(self.base)
         pat = _pattern(self.base)
         n = self.tensor.numel()
-        return bool((flat[:GUARD_ELEMENTS] == pat).all()) and bool((flat[GUARD_ELEMENTS + n:] == pat).all())
+        return (flat[:GUARD_ELEMENTS] != pat).sum() + (flat[GUARD_ELEMENTS + n:] != pat).sum()
 
 
 def guarded_empty(shape: tuple[int, ...], dtype: "torch.dtype", device) -> GuardedBuffer:

@@ -87,7 +87,8 @@ def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, dev
     """A worker's first line: everything it can do before it sees the kernel."""
     return {"task": task.name, "options": options, "device_index": device_index,
             "cache_path": str((cache_dir or _default_cache()) / "baselines.json"),
-            "warm": _scenario_dicts([s for s in scenarios if s.timed])}
+            # Untimed first: their references are quick to warm and come first in the job.
+            "warm": _scenario_dicts(sorted(scenarios, key=lambda s: s.timed))}
 
 
 def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) -> EvalResult:
@@ -221,7 +222,8 @@ class StartedWorker:
         line = (json.dumps({**prep, "fd": write_fd}) + "\n").encode()
         # The worker reads this only after importing torch: write from a thread so a long preparation
         # (many scenarios to warm) never blocks the caller on a full pipe.
-        threading.Thread(target=self._write, args=(line,), daemon=True).start()
+        self._writer = threading.Thread(target=self._write, args=(line,), daemon=True)
+        self._writer.start()
         self._closed = False
 
     def _write(self, data: bytes, close: bool = False) -> None:
@@ -233,6 +235,10 @@ class StartedWorker:
                 self.proc.stdin.close()
         except (BrokenPipeError, ValueError, OSError):
             pass
+
+    def _send_job(self, line: bytes) -> None:
+        self._writer.join()  # after the preparation, never interleaved with it
+        self._write(line, close=True)
 
     def alive(self) -> bool:
         return not self._closed and self.proc.poll() is None
@@ -263,6 +269,8 @@ class StartedWorker:
         deadline = max(self.started + STARTUP_TIMEOUT_S, began + 1.0)
         total_deadline = began + total_timeout_s
         read_fd, proc, log = self._read_fd, self.proc, self._log
+        # Sent at once: a worker still warming up stops there and starts on the job.
+        threading.Thread(target=self._send_job, args=(job_line,), daemon=True).start()
         sel = selectors.DefaultSelector()
         sel.register(read_fd, selectors.EVENT_READ)
         buf = b""
@@ -273,7 +281,7 @@ class StartedWorker:
                 if now >= limit:
                     _kill(proc)
                     if warming is not None:
-                        error = (f"the worker hung warming up the baselines of {warming} "
+                        error = (f"the worker hung warming up {warming} "
                                  f"(past the per-scenario budget of {scenario_timeout_s:.0f} s)")
                     elif current is None and device is None:
                         error = f"the worker did not start within {STARTUP_TIMEOUT_S:.0f} s"
@@ -314,7 +322,6 @@ class StartedWorker:
                         warming = None
                         profile["worker_wait_s"] = time.monotonic() - began
                         deadline = time.monotonic() + scenario_timeout_s
-                        self._write(job_line, close=True)
                     elif kind == "start":
                         current = msg["id"]
                         deadline = time.monotonic() + scenario_timeout_s

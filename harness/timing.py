@@ -73,9 +73,8 @@ class Timer:
         """Median-ready samples per implementation; repetitions chosen by a time budget."""
         names = list(fns)
         with torch.cuda.stream(self.stream):
-            for _ in range(2):  # warm-up: module load, handle creation, autotuning stay out
-                for name in names:
-                    fns[name]()
+            for name in names:  # warm-up (each was called at least once already, in its checks)
+                fns[name]()
             estimate = self._one_round(fns, names)
             per_round = sum(estimate.values()) / 1e6 + len(names) * self.flush_bytes / 2e12
             reps = int(min(max_reps, max(min_reps, budget_s / max(per_round, 1e-9))))

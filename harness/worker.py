@@ -1,14 +1,14 @@
 """The worker: a fresh process per evaluation that loads the candidate and judges it scenario by scenario.
 
 Started by harness.runner, which writes two JSON lines on stdin: the preparation (task, options,
-GPU, cache, the scenarios whose baselines to warm up) and, whenever the kernel is ready, the job (the
-library, the secret seed, the scenarios to judge). Everything before the second line is work that
-does not depend on the kernel, so a worker can be prepared while the agent is still writing it (see
-harness.pool). It writes one JSON object per line to the file descriptor named in the preparation
+GPU, cache, the scenarios to warm up) and, whenever the kernel is ready, the job (the library, the
+secret seed, the scenarios to judge). Everything before the second line is work that does not
+depend on the kernel, so a worker can be prepared while the agent is still writing it (see
+harness.pool); a job that arrives during the warm-up cuts it short. It writes one JSON object per line to the file descriptor named in the preparation
 (never stdout, which the kernel may print to):
   {"kind": "device", "device": {...}}     once, after CUDA is up
-  {"kind": "warm", "id": ...}             before warming each scenario's baselines (a clock, as start)
-  {"kind": "ready"}                       prepared: waiting for the job
+  {"kind": "warm", "id": ...}             before warming each scenario up (a clock, as start)
+  {"kind": "ready"}                       prepared (or cut short by the job): reading the job
   {"kind": "start", "id": ...}            before each scenario (the parent's per-scenario clock)
   {"kind": "result", "scenario": {...}}   after each scenario (a ScenarioResult as a dict)
   {"kind": "done", "profile": {...}}
@@ -23,6 +23,7 @@ import ctypes
 import hashlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from harness.timing import Timer, load_cudart, measure_peaks
 DRAWS = 2  # fresh random inputs per scenario before timing; one more after it
 FLOOR_MARGIN = 1.10  # a time below the floor at 110% of the measured peaks is impossible, not fast
 HIDDEN_WORK_US = 10.0  # wall-clock excess over the events tolerated per call, plus 20% of the call
+WALL_CHECK_US = 15e3  # the wall-clock check's calls per scenario: 3 to 12, about this long in all
 
 
 class EntryPointError(Exception):
@@ -165,11 +167,14 @@ class Judge:
         except EntryPointError as exc:
             _cuda_sync(self.device)
             return Comparison("error", f"the entry point returned {_cuda_error_name(exc.rc)}")
-        for name, before in clones.items():
-            if not torch.equal(before, inputs[name]):
+        # Input mutations (bit for bit) and guard damage, fetched in one host sync.
+        damage = torch.stack([(_bits(before) != _bits(inputs[name])).sum() for name, before in clones.items()]
+                             + [b.guard_damage() for b in outs.values()]).tolist()
+        for name, changed in zip(clones, damage):
+            if changed:
                 return Comparison("input-mutated", f"input {name} changed during the call")
-        for name, b in outs.items():
-            if not b.guards_intact():
+        for name, broken in zip(outs, damage[len(clones):]):
+            if broken:
                 return Comparison("wrong", f"wrote outside {name} (guard zone overwritten)")
         with self.phase("reference_s"):
             ref = self.task.reference(s, inputs)
@@ -260,19 +265,24 @@ class Judge:
         return fns, None
 
     def warm(self, s: Scenario) -> None:
-        """First calls of the baselines this scenario is likely to time, on throwaway inputs.
+        """First calls of what this scenario will run, on throwaway inputs; nothing is judged or kept.
 
-        cuDNN builds an execution plan on its first call per shape (about a quarter of a second), so a
-        prepared worker pays that before the kernel arrives. Nothing here is judged or kept.
+        cuDNN builds an execution plan on its first call per shape (about a quarter of a second), and
+        the references' kernels load and pick their cuBLAS algorithms on first use, so a prepared
+        worker pays that before the kernel arrives: the baselines a timed scenario is likely to time,
+        the reference of an untimed one (a timed scenario's reference is dominated by its arithmetic).
         """
-        record = self._cached_record(s, [b.name for b in self.baselines])
         try:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(0)
             inputs = self.task.make_inputs(s, gen, self.device)
+            if not s.timed:
+                self.task.reference(s, inputs)
+                return
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
             return
+        record = self._cached_record(s, [b.name for b in self.baselines])
         for b in self.baselines:
             if (record and b.name != record) or (not record and b.fallback):
                 continue
@@ -285,7 +295,6 @@ class Judge:
                 raise
             except Exception:
                 continue  # the judged check records why, if it fails there too
-        del inputs
 
     def _time(self, s: Scenario, inputs: dict, outs: dict[str, GuardedBuffer], res: ScenarioResult) -> None:
         with self.phase("baseline_checks_s"):
@@ -299,7 +308,7 @@ class Judge:
                 samples = self.timer.interleaved(fns, self.job["time_budget_s"])
                 _cuda_sync(self.device)
             t = samples["candidate"].median
-            calls = int(min(12, max(3, 0.05e6 / max(t, 1.0))))
+            calls = int(min(12, max(3, WALL_CHECK_US / max(t, 1.0))))
             with self.phase("wall_clock_check_s"):
                 excess, overhead = self.timer.wall_excess_us(candidate, calls)
         except EntryPointError as exc:
@@ -339,19 +348,46 @@ def _fill_errors(res: ScenarioResult, cmp: Comparison) -> None:
         res.lse_max_abs_err, res.lse_tolerance = cmp.errors["lse"], cmp.tolerances.get("lse")
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
-def _read_line() -> dict[str, Any] | None:
-    line = sys.stdin.readline()
-    return json.loads(line) if line.strip() else None
+class LineReader:
+    """JSON lines from a file descriptor, with a look that does not block: the job may arrive while
+    the worker is still warming up, and then cuts the warm-up short."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf, self.eof = fd, b"", False
+
+    def _fill(self, timeout: float | None) -> None:
+        if self.eof or (timeout is not None and not select.select([self.fd], [], [], timeout)[0]):
+            return
+        chunk = os.read(self.fd, 1 << 16)
+        self.buf += chunk
+        self.eof = not chunk
+
+    def waiting(self) -> bool:
+        """A line (or the end of input) has arrived."""
+        if b"\n" not in self.buf:
+            self._fill(0)
+        return b"\n" in self.buf or self.eof
+
+    def read(self) -> dict[str, Any] | None:
+        while b"\n" not in self.buf and not self.eof:
+            self._fill(None)
+        line, sep, self.buf = self.buf.partition(b"\n")
+        return json.loads(line) if line.strip() else None
 
 
 def main() -> int:
     die_with_parent()
-    prep = _read_line()
+    stdin = LineReader(sys.stdin.fileno())
+    prep = stdin.read()
     if prep is None:
         return 0
     out = os.fdopen(prep["fd"], "w", buffering=1)
@@ -382,12 +418,14 @@ def main() -> int:
     judge = Judge(task, device, timer, cache, peaks)
     t0 = time.perf_counter()
     for sd in prep.get("warm", []):
+        if stdin.waiting():
+            break  # the job is here: what is not warm yet is paid for inside the evaluation
         send({"kind": "warm", "id": sd["id"]})
-        judge.warm(Scenario(sd["id"], True, sd["params"], sd.get("group", "")))
+        judge.warm(Scenario(sd["id"], sd.get("timed", True), sd["params"], sd.get("group", "")))
     torch.cuda.empty_cache()  # give back the warm-up's inputs while this worker waits
     warm_s = time.perf_counter() - t0
     send({"kind": "ready"})
-    job = _read_line()
+    job = stdin.read()
     if job is None:
         return 0  # the parent went away, or prepared us for an evaluation that never came
     entry = getattr(ctypes.CDLL(job["library"]), task.entry_symbol)

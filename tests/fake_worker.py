@@ -13,10 +13,20 @@ import textwrap
 import pytest
 
 FAKE = textwrap.dedent('''
-    import json, os, signal, sys, time
+    import json, os, select, signal, sys, time
     from harness.orphan import die_with_parent
     die_with_parent()
-    prep = json.loads(sys.stdin.readline())
+
+    def readline():  # byte by byte from fd 0, so select() sees what is still unread
+        line = b""
+        while not line.endswith(b"\\n"):
+            c = os.read(0, 1)
+            if not c:
+                break
+            line += c
+        return line.decode()
+
+    prep = json.loads(readline())
     out = os.fdopen(prep["fd"], "w", buffering=1)
     mode = prep.get("mode", "none")
     if mode == "die-at-start":
@@ -28,8 +38,11 @@ FAKE = textwrap.dedent('''
         out.write(json.dumps({"kind": "warm", "id": s["id"]}) + "\\n")
         if mode == "hang-warm":
             time.sleep(3600)
+        if mode == "warm-until-job":  # as the real worker: the job's arrival cuts the warm-up short
+            select.select([0], [], [])
+            break
     out.write(json.dumps({"kind": "ready"}) + "\\n")
-    line = sys.stdin.readline()
+    line = readline()
     if not line:
         sys.exit(0)
     job = json.loads(line)

@@ -90,8 +90,30 @@ def test_devices_run_one_worker_per_gpu_and_merge_in_order(fake_python, tmp_path
 
 def test_a_hang_while_warming_up_is_an_evaluation_error(fake_python):
     out, seconds = run(fake_python, "hang-warm", scenario_timeout=2.0)
-    assert out.error and "warming up the baselines of s2" in out.error
+    assert out.error and "warming up s2" in out.error
     assert verdicts(out) == ["skipped"] * 4 and seconds < 10
+
+
+def test_the_job_is_sent_while_the_worker_still_warms_up(fake_python):
+    # This stand-in warms up until the job arrives: a runner that waits for "ready" would hang here.
+    out, seconds = run(fake_python, "warm-until-job", scenario_timeout=5.0)
+    assert verdicts(out) == ["ok"] * 4 and out.error is None and seconds < 10
+
+
+def test_the_line_reader_looks_without_blocking():
+    from harness.worker import LineReader
+
+    read_fd, write_fd = os.pipe()
+    reader = LineReader(read_fd)
+    assert not reader.waiting()
+    os.write(write_fd, b'{"a": 1}\n{"b"')
+    assert reader.waiting() and reader.read() == {"a": 1}
+    assert not reader.waiting()  # half a line is not a line
+    os.write(write_fd, b': 2}\n')
+    assert reader.read() == {"b": 2}
+    os.close(write_fd)
+    assert reader.waiting() and reader.read() is None
+    os.close(read_fd)
 
 
 def _pid_alive(pid):
