@@ -4,6 +4,7 @@ the standalone history screen. The tests driving a live Session are in test_tui_
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -140,6 +141,37 @@ async def test_streamed_deltas_are_merged_per_frame_in_order(kernel):
         assert texts == ["".join(pieces[:200]), "".join(pieces[200:])]
         assert [b.kind for b in app.main.transcript.state.blocks] == ["text", "tool", "text"]
         assert app.main.events_seen < 100  # 401 events from the session, far fewer redraws
+
+
+async def test_streamed_text_is_painted_at_a_bounded_rate_and_whole_when_the_block_closes(kernel, monkeypatch):
+    from textual.widgets._markdown import MarkdownStream
+
+    from kstui.widgets import transcript
+
+    period = 0.2  # longer than any frame, so a write per frame would show
+    monkeypatch.setattr(transcript, "STREAM_PERIOD_S", period)
+    writes = []
+    original = MarkdownStream.write
+
+    async def counting_write(self, fragment):
+        writes.append(fragment)
+        await original(self, fragment)
+
+    monkeypatch.setattr(MarkdownStream, "write", counting_write)
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pieces = [f"w{i} " for i in range(60)]
+        started = asyncio.get_running_loop().time()
+        for piece in pieces:
+            app.forward(ev.TextDelta(1, piece))
+            await asyncio.sleep(0.005)
+        elapsed = asyncio.get_running_loop().time() - started
+        app.forward(ev.ToolCallStarted(1, "next", "bash", {"command": "ls"}))  # closes the text block
+        view = app.main.transcript.query_one(TextView)
+        await until(pilot, lambda: view.source == "".join(pieces))
+        assert writes and "".join(pieces).endswith("".join(writes))  # the first deltas made the block
+        # One write per period at most, not one per delta or per frame.
+        assert len(writes) <= elapsed / period + 1  # the close flushes the last
 
 
 async def test_narrow_terminal_turns_columns_into_tabs(kernel):
