@@ -4,8 +4,8 @@ Started by harness.runner, which writes two JSON lines on stdin: the preparation
 GPU, cache, the scenarios to warm up) and, whenever the kernel is ready, the job (the library, the
 secret seed, the scenarios to judge). Everything before the second line is work that does not
 depend on the kernel, so a worker can be prepared while the agent is still writing it (see
-harness.pool); a job that arrives during the warm-up cuts it short. It writes one JSON object per line to the file descriptor named in the preparation
-(never stdout, which the kernel may print to):
+harness.pool); a job that arrives during the warm-up cuts it short. It writes one JSON object per
+line to the file descriptor named in the preparation (never stdout, which the kernel may print to):
   {"kind": "device", "device": {...}}     once, after CUDA is up
   {"kind": "warm", "id": ...}             before warming each scenario up (a clock, as start)
   {"kind": "ready"}                       prepared (or cut short by the job): reading the job
@@ -380,7 +380,7 @@ class LineReader:
     def read(self) -> dict[str, Any] | None:
         while b"\n" not in self.buf and not self.eof:
             self._fill(None)
-        line, sep, self.buf = self.buf.partition(b"\n")
+        line, _, self.buf = self.buf.partition(b"\n")
         return json.loads(line) if line.strip() else None
 
 
