@@ -60,32 +60,23 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
 
-    import ctypes
-
     import torch
 
     from harness.baselines import BaselineCache, fingerprint
     from harness.build import BuildOptions, build
     from harness.runner import resolve, EvalOptions
-    from harness.tasks.base import Scenario
     from harness.timing import Timer, measure_peaks
-    from harness.worker import Judge, device_info
-
-    FlashStandIn = _stand_in_class()
+    from harness.worker import Judge, device_info, judging_device, load_entry
 
     task, tf, scenarios = resolve(args.kernel, EvalOptions(selection=args.selection))
     report, library = build(args.kernel, [task.entry_symbol], BuildOptions())
     assert library is not None, report
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    device = torch.device("cuda", 0)
+    device = judging_device(0)
     cache = BaselineCache(Path(tempfile.mkdtemp()) / "baselines.json", fingerprint(device_info(device), task.name))
     cache.peaks = measure_peaks(device)
-    judge = (FlashStandIn if args.stand_in else Judge)(task, device, Timer(device, torch.cuda.Stream(device)),
-                                                      cache, cache.peaks)
-    entry = getattr(ctypes.CDLL(str(library)), task.entry_symbol)
-    entry.argtypes, entry.restype = task.argtypes, ctypes.c_int
-    judge.entry = entry
+    judge_class = _stand_in_class() if args.stand_in else Judge
+    judge = judge_class(task, device, Timer(device, torch.cuda.Stream(device)), cache, cache.peaks)
+    judge.entry = load_entry(task, str(library))
     judge.job = {"seed": 1, "baseline": None, "retime": False, "time_budget_s": tf.time_budget_ms / 1000.0}
     groups = {"correctness grid": [s for s in scenarios if not s.timed],
               f"{args.selection} timed": [s for s in scenarios if s.timed]}
@@ -96,7 +87,7 @@ def main() -> int:
         for name, group in groups.items():
             judge.profile.clear()
             t0 = time.perf_counter()
-            results = [judge.run(Scenario(s.id, s.timed, s.params, s.group)) for s in group]
+            results = [judge.run(s) for s in group]
             wall = time.perf_counter() - t0
             bad = [f"{r.id}: {r.verdict} {r.detail[:80]}" for r in results if not r.correct]
             speedups = [r.speedup for r in results if r.speedup]

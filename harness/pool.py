@@ -1,9 +1,9 @@
 """Workers prepared ahead of the evaluation that will use them, one per GPU.
 
 Starting a worker (torch, the CUDA context), the baselines' first calls (cuDNN builds a plan per
-shape) and the references' take several seconds and do not depend on the kernel. A long-lived caller (`harness serve`,
-which the session's local executor talks to) prepares the next worker as soon as an evaluation ends,
-while the agent writes its next kernel. Each worker still judges exactly one evaluation, in a fresh
+shape) and the references' take several seconds and do not depend on the kernel. A long-lived
+caller (`harness serve`, which the session's local executor talks to) prepares the next worker as
+soon as an evaluation ends, while the agent writes its next kernel. Each worker still judges exactly one evaluation, in a fresh
 process; only its start moves earlier. A prepared worker is waiting, not working, once it is ready:
 it never runs on a GPU while another evaluation of ours is timing there, because the next evaluation
 on that GPU takes it (its job cuts a warm-up still under way short) or kills it.

@@ -348,6 +348,22 @@ def _fill_errors(res: ScenarioResult, cmp: Comparison) -> None:
         res.lse_max_abs_err, res.lse_tolerance = cmp.errors["lse"], cmp.tolerances.get("lse")
 
 
+def judging_device(index: int) -> torch.device:
+    """The GPU to judge on, with no TF32 anywhere a reference or baseline did not ask for it."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    return device
+
+
+def load_entry(task: Task, library: str) -> Any:
+    """The candidate's entry point, typed by the task's ABI."""
+    entry = getattr(ctypes.CDLL(library), task.entry_symbol)
+    entry.argtypes, entry.restype = task.argtypes, ctypes.c_int
+    return entry
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
 
@@ -396,10 +412,7 @@ def main() -> int:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    device = torch.device("cuda", prep.get("device_index") or 0)
-    torch.cuda.set_device(device)
+    device = judging_device(prep.get("device_index") or 0)
     task = get_task(prep["task"], prep.get("options"))
     info = device_info(device)
     cache_path, key = Path(prep["cache_path"]), fingerprint(info, task.name)
@@ -421,15 +434,14 @@ def main() -> int:
         if stdin.waiting():
             break  # the job is here: what is not warm yet is paid for inside the evaluation
         send({"kind": "warm", "id": sd["id"]})
-        judge.warm(Scenario(sd["id"], sd.get("timed", True), sd["params"], sd.get("group", "")))
+        judge.warm(Scenario(sd["id"], sd["timed"], sd["params"], sd.get("group", "")))
     torch.cuda.empty_cache()  # give back the warm-up's inputs while this worker waits
     warm_s = time.perf_counter() - t0
     send({"kind": "ready"})
     job = stdin.read()
     if job is None:
         return 0  # the parent went away, or prepared us for an evaluation that never came
-    entry = getattr(ctypes.CDLL(job["library"]), task.entry_symbol)
-    entry.argtypes, entry.restype = task.argtypes, ctypes.c_int
+    entry = load_entry(task, job["library"])
     # Re-read: another evaluation may have timed baselines while this worker waited.
     judge.cache = cache = BaselineCache(cache_path, key)
     if job.get("retime"):

@@ -352,7 +352,7 @@ def _attention(q, k, v, scale: float, causal: bool, compute_dtype) -> tuple["tor
         qc = qc.reshape(b, c, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b * hkv, g * c, d)
         keys = kt[:, :, :n].reshape(b * hkv, n, d).transpose(-1, -2)
         if exact_tf32:
-            with _tf32_matmul():
+            with _tf32_matmul():  # beta=0: the (unallocated) input is never read
                 s = torch.baddbmm(qc.new_empty(()).expand(b * hkv, g * c, n), qc, keys, beta=0.0, alpha=scale)
         else:
             s = torch.bmm(qc, keys)
