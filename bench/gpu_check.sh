@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
-#   bash bench/gpu_check.sh [env] [tests] [bench] [warm] [profile] [shards] [quick] [full]   (default: env tests bench)
+#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [profile] [shards] [quick] [full]   (default: env tests bench)
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -25,6 +25,10 @@ for stage in $stages; do
       $PY -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py tests/test_reference_accuracy.py -rA --timeout 900 \
         > "$OUT/gpu-tests.txt" 2>&1
       note "GPU tests (test_gpu_harness, test_reference_accuracy)" "$(tail -1 "$OUT/gpu-tests.txt")"
+      ;;
+    reference)
+      $PY bench/bench_reference.py > "$OUT/reference.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep -E '^(BENCH|BAD) ' "$OUT/reference.txt" | sed 's/^BENCH //')
       ;;
     bench)
       $PY bench/bench_harness.py --out "$OUT" > "$OUT/bench.txt" 2>&1

@@ -7,7 +7,8 @@ import torch
 
 from harness.poison import guarded_empty
 from harness.tasks import get_task
-from harness.tasks.attention import _attention, visible_pairs
+from harness.tasks.attention import visible_pairs
+from harness.tasks.attention_reference import chunked
 from harness.tasks.base import ScenarioError
 
 TASK = get_task("attention")
@@ -77,10 +78,10 @@ def _naive(q, k, v, scale, causal):
 
 @pytest.mark.parametrize("sq,sk,causal,hq,hkv", [(7, 5, True, 4, 2), (5, 7, True, 2, 1), (6, 6, False, 3, 3), (9, 3, True, 2, 2)])
 def test_chunked_reference_matches_naive(sq, sk, causal, hq, hkv, monkeypatch):
-    monkeypatch.setattr("harness.tasks.attention.CHUNK_ELEMENTS", 2 * hq * sk)  # force several chunks
+    monkeypatch.setattr("harness.tasks.attention_reference.CHUNK_ELEMENTS", 2 * hq * sk)  # force several chunks
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, n, h, 16, generator=g) for n, h in ((sq, hq), (sk, hkv), (sk, hkv)))
-    o, lse = _attention(q, k, v, 0.3, causal, torch.float32)
+    o, lse = chunked(q, k, v, 0.3, causal, lowp=False)
     on, lsen = _naive(q, k, v, 0.3, causal)
     assert torch.allclose(o.double(), on, atol=1e-5)
     assert torch.equal(torch.isneginf(lse), torch.isneginf(lsen))
@@ -117,14 +118,14 @@ def test_correct_output_passes_and_rows_without_keys_are_enforced():
 
 def test_same_dtype_torch_error_sets_the_tolerance():
     def lowp(s, inputs, ref, outs):
-        o, lse = _attention(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], True, inputs["q"].dtype)
+        o, lse = chunked(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], True, lowp=True)
         outs["o"].tensor.copy_(o)
         outs["lse"].tensor.copy_(lse)
     assert _judge(SPEC, lowp).verdict == "ok"
 
     def top_left(s, inputs, ref, outs):
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        o, lse = _attention(q, k[:, : q.shape[1]] if k.shape[1] >= q.shape[1] else k, v, inputs["scale"], False, torch.float32)
+        o, lse = chunked(q, k[:, : q.shape[1]] if k.shape[1] >= q.shape[1] else k, v, inputs["scale"], False, lowp=False)
         _from_ref(s, inputs, ref, outs)
         outs["o"].tensor[:, -5:] = o[:, -5:].to(outs["o"].tensor.dtype)
     assert _judge(SPEC, top_left).verdict == "wrong"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
+from harness.tasks import attention_reference
 from harness.tasks.attention_grid import FA3_PAIRS, HOT_GRID, QUICK_ROWS, TIMED_GRID
 from harness.tasks.base import Baseline, Comparison, Scenario, ScenarioError, Task, parse_kv_spec
 
@@ -25,8 +25,6 @@ ELEMENT_BYTES = 2
 # Input standard deviation of q and k in the stability scenarios: scores have std HOT_SCALE² (with the
 # default 1/sqrt(d) scale), so the row maxima reach hundreds and exp() without a running max overflows.
 HOT_SCALE = 8.0
-# fp32 elements per score chunk in the references (~512 MB), so the largest scenario fits.
-CHUNK_ELEMENTS = 1 << 27
 
 
 def scenario_id(p: dict[str, Any]) -> str:
@@ -211,8 +209,9 @@ class AttentionTask(Task):
 
         p = s.params
         scale = float(inputs["scale"])
-        o32, lse32 = _attention(inputs["q"], inputs["k"], inputs["v"], scale, p["causal"], torch.float32)
-        olp, lselp = _attention(inputs["q"], inputs["k"], inputs["v"], scale, p["causal"], inputs["q"].dtype)
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        o32, lse32 = attention_reference.attention(q, k, v, scale, p["causal"], lowp=False)
+        olp, lselp = attention_reference.attention(q, k, v, scale, p["causal"], lowp=True)
         empty = _empty_rows(p["sq"], p["sk"], p["causal"])
         dt = inputs["q"].dtype
         # FlashAttention's atol: twice the rounding of a round trip through the output dtype.
@@ -295,82 +294,3 @@ def _max_abs(a: "torch.Tensor", b: "torch.Tensor", empty: int, row_dim: int) -> 
     """max |a - b| in fp32 over the rows that see a key (those after the first `empty` on row_dim)."""
     a, b = a.narrow(row_dim, empty, a.shape[row_dim] - empty), b.narrow(row_dim, empty, b.shape[row_dim] - empty)
     return _amax((a.float() - b.float()).abs())
-
-
-@contextmanager
-def _tf32_matmul() -> Iterator[None]:
-    import torch
-
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-
-
-def _attention(q, k, v, scale: float, causal: bool, compute_dtype) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Plain attention with the explicit bottom-right mask, chunked over query rows.
-
-    compute_dtype fp32 gives the reference; the inputs' own dtype gives the same-dtype torch
-    computation whose error sets the tolerance (scores and P·V in that dtype, softmax in fp32). The
-    references dominate an evaluation's time and are bound by passes over the score matrix, so each
-    chunk makes as few as it can: one matmul, the mask where the chunk needs one, a row max, one
-    fused softmax, the softmax's row max (lse = max - log(max p)) and the P·V matmul.
-
-    The fp32 scores run on TF32 tensor cores without losing anything: bf16 and fp16 values are exact
-    in TF32, so every product q·k is exact in fp32 and the sum accumulates in fp32, as a plain fp32
-    matmul would; the scale is applied in fp32 in the matmul's epilogue, not folded into q (q·scale
-    would not be exact in TF32). P·V stays in IEEE fp32, since P is not exact in TF32.
-    """
-    import torch
-
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
-    g = hq // hkv
-    exact_tf32 = compute_dtype == torch.float32 and q.dtype in (torch.bfloat16, torch.float16)
-    kt = k.permute(0, 2, 1, 3).to(compute_dtype).contiguous()  # [B, Hkv, Sk, D]
-    vt = v.permute(0, 2, 1, 3).to(compute_dtype).contiguous()
-    o = torch.empty(b, sq, hq, d, dtype=torch.float32, device=q.device)
-    lse = torch.empty(b, hq, sq, dtype=torch.float32, device=q.device)
-    chunk = max(1, min(sq, CHUNK_ELEMENTS // max(1, b * hq * sk)))
-    cols = torch.arange(sk, device=q.device)
-    offset = sk - sq
-    for i0 in range(0, sq, chunk):
-        i1 = min(sq, i0 + chunk)
-        c = i1 - i0
-        # Keys past the last one this chunk's last row sees contribute nothing: leave them out.
-        n = min(sk, i1 + offset) if causal else sk
-        if n <= 0:
-            o[:, i0:i1] = 0
-            lse[:, :, i0:i1] = float("-inf")
-            continue
-        if exact_tf32:
-            qc = q[:, i0:i1].float()
-        else:
-            qc = (q[:, i0:i1].float() * scale).to(compute_dtype)
-        qc = qc.reshape(b, c, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b * hkv, g * c, d)
-        keys = kt[:, :, :n].reshape(b * hkv, n, d).transpose(-1, -2)
-        if exact_tf32:
-            with _tf32_matmul():  # beta=0: the (unallocated) input is never read
-                s = torch.baddbmm(qc.new_empty(()).expand(b * hkv, g * c, n), qc, keys, beta=0.0, alpha=scale)
-        else:
-            s = torch.bmm(qc, keys)
-        s = s.view(b, hkv, g * c, n)  # [B, Hkv, G*c, n]
-        if causal and i0 + offset + 1 < n:  # the chunk's first row sees fewer than n keys
-            hidden = cols[None, :n] > (torch.arange(i0, i1, device=q.device) + offset)[:, None]  # [c, n]
-            s.view(b, hkv, g, c, n).masked_fill_(hidden, float("-inf"))
-        row_max = s.amax(dim=-1).float()
-        p = torch.softmax(s, dim=-1, dtype=torch.float32)
-        del s
-        lse_c = row_max - torch.log(p.amax(dim=-1))
-        out = torch.matmul(p.to(compute_dtype), vt[:, :, :n]).float()  # [B, Hkv, G*c, D]
-        del p
-        empty = min(c, max(0, -offset - i0))  # leading rows of the chunk that see no key
-        if causal and empty:
-            out.view(b, hkv, g, c, d)[:, :, :, :empty] = 0  # softmax of a row of -inf is NaN
-            lse_c.view(b, hkv, g, c)[:, :, :, :empty] = float("-inf")
-        o[:, i0:i1] = out.reshape(b, hkv, g, c, d).permute(0, 3, 1, 2, 4).reshape(b, c, hq, d)
-        lse[:, :, i0:i1] = lse_c.reshape(b, hq, c)
-        del out
-    return o, lse
