@@ -121,7 +121,8 @@ def test_both_paths_set_the_same_tolerance(spec):
 
 
 # The fused kernel's masks, GQA and rows with no key, checked on the CPU by Triton's interpreter. Its
-# bf16 matmul is wrong (numpy has no bf16), so these shapes use fp16; small, since it is slow.
+# bf16 matmul is wrong (numpy has no bf16), so these shapes use fp16; small, since it is slow. (The
+# interpreter of Triton 3.6, which the GPU image has, cannot run a loop bounded per program.)
 INTERPRETED = [
     "dtype=fp16,d=32,b=2,hq=4,hkv=2,sq=37,sk=29,causal=1",  # rows with no key, a partial key block
     "dtype=fp16,d=96,b=1,hq=3,hkv=1,sq=70,sk=131,causal=1",  # MQA, Sq < Sk, d not a power of 2
@@ -137,6 +138,7 @@ for spec in t.INTERPRETED:
 """
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA, the compiled kernel's tests run instead")
 def test_the_fused_kernel_under_the_interpreter():
     pytest.importorskip("triton")
     pytest.importorskip("numpy")

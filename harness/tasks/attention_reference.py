@@ -61,16 +61,25 @@ def fused(q, k, v, scale: float, causal: bool, lowp: bool) -> tuple["torch.Tenso
     o = torch.empty(b, sq, hq, d, dtype=torch.float32, device=q.device)
     lse = torch.empty(b, hq, sq, dtype=torch.float32, device=q.device)
     block_d = max(16, 1 << (d - 1).bit_length())
-    block_m = 16 if sq <= 16 else 64
-    block_n = 64 if block_d <= 128 else 32
+    block_m, block_n, warps, stages = _tiles(sq, block_d, lowp)
     grid = (b * hq, -(-sq // block_m))
     kernel = _triton().attention_kernel
     kernel[grid](q, k, v, o, lse, sq, sk, hq, hq // hkv, d, float(scale), sk - sq, int(causal),
                  q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                  o.stride(0), o.stride(1), o.stride(2),
-                 LOWP=lowp, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                 num_warps=4 if block_d <= 128 else 8, num_stages=2)
+                 LOWP=lowp, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages)
     return o, lse
+
+
+def _tiles(sq: int, block_d: int, lowp: bool) -> tuple[int, int, int, int]:
+    """(rows, keys per block, warps, pipeline stages): per head-dim tile, the fastest of those tried on
+    the H200 (docs/BENCHMARKS.md); a decode-sized query takes the smallest row block a dot allows."""
+    block_n = 64 if block_d <= 128 else 32
+    if sq <= 16:
+        return 16, block_n, 4, 2
+    if lowp:
+        return (128, block_n, 8, 2) if block_d > 128 else (64, block_n, 4, 3)
+    return (128, block_n, 8, 2) if block_d >= 128 else (64, block_n, 4, 2)
 
 
 @contextmanager

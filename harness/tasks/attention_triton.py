@@ -1,18 +1,17 @@
 """The attention references as one fused Triton kernel (imported only where Triton is installed).
 
-Each program takes a block of query rows of one head and walks the keys it can see twice: the first
-pass finds each row's max and sum of exponentials, the second adds up P·V with P already normalised,
-as a two-pass softmax does. No score matrix is stored, so an evaluation's references cost a few
-times a FlashAttention call instead of many passes over an fp32 score matrix.
+Each program takes a block of query rows of one head and walks the keys they can see; no score
+matrix is ever stored, so an evaluation's references cost a few FlashAttention calls instead of many
+passes over an fp32 score matrix.
 
 LOWP=False is the fp32 reference: q·k on tensor cores from the bf16/fp16 inputs (every product is
-exact in fp32, the sum accumulates in fp32), the scale applied in fp32, and P·V from P split into a
-TF32 high part and the fp32 remainder, so the only rounding beyond IEEE fp32's is the remainder's
-(about 2^-21 of P). V needs no split: bf16 and fp16 values are exact in TF32.
+exact in fp32, the sum accumulates in fp32), the scale applied in fp32, one pass with a running max,
+and P·V from P split into a TF32 high part and the fp32 remainder, so P's only rounding beyond IEEE
+fp32's is the remainder's (about 2^-21 of P). V needs no split: bf16 and fp16 are exact in TF32.
 
 LOWP=True is the same-dtype computation whose error sets the tolerance, rounded where torch's
 same-dtype ops round: q·scale and the scores to the input dtype, P to the input dtype after it is
-normalised, and o to the input dtype.
+normalised (so two passes over the keys), and o to the input dtype.
 """
 
 from __future__ import annotations
@@ -36,6 +35,12 @@ def _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP
         s = s * scale
     visible = (cols[None, :] < sk) & ((cols[None, :] <= rows[:, None] + offset) | (causal == 0))
     return tl.where(visible, s, float("-inf"))
+
+
+@triton.jit
+def _values(v_base, cols, dims, sk, sks, d):
+    return tl.load(v_base + cols[:, None].to(tl.int64) * sks + dims[None, :],
+                   mask=(cols[:, None] < sk) & (dims[None, :] < d), other=0.0)
 
 
 # Shapes vary per scenario: left unspecialised, so each dtype, head-dim tile and row block compiles once.
@@ -65,30 +70,42 @@ def attention_kernel(Q, K, V, O, LSE, sq, sk, hq, group, d, scale, offset, causa
 
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK_M], tl.float32)
-    for n0 in range(0, n_end, BLOCK_N):
-        cols = n0 + tl.arange(0, BLOCK_N)
-        s = _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP)
-        m_new = tl.maximum(m, tl.max(s, 1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf) = 0
-        total = total * tl.exp(m - shift) + tl.sum(tl.exp(s - shift[:, None]), 1)
-        m = m_new
-
-    shift = tl.where(m == float("-inf"), 0.0, m)
-    denominator = tl.where(total > 0, total, 1.0)  # a row that sees no key gets o = 0
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for n0 in range(0, n_end, BLOCK_N):
-        cols = n0 + tl.arange(0, BLOCK_N)
-        s = _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP)
-        p = tl.exp(s - shift[:, None]) / denominator[:, None]
-        v = tl.load(v_base + cols[:, None].to(tl.int64) * sks + dims[None, :],
-                    mask=(cols[:, None] < sk) & (dims[None, :] < d), other=0.0)
-        if LOWP:
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        else:
+    if LOWP:
+        # Two passes, as torch's softmax: P is normalised (and rounded) before it meets V.
+        for n0 in range(0, n_end, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            s = _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP)
+            m_new = tl.maximum(m, tl.max(s, 1))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp(-inf) = 0
+            total = total * tl.exp(m - shift) + tl.sum(tl.exp(s - shift[:, None]), 1)
+            m = m_new
+        shift = tl.where(m == float("-inf"), 0.0, m)
+        inverse = 1.0 / tl.where(total > 0, total, 1.0)  # a row that sees no key gets o = 0
+        for n0 in range(0, n_end, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            s = _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP)
+            p = tl.exp(s - shift[:, None]) * inverse[:, None]
+            acc = tl.dot(p.to(V.dtype.element_ty), _values(v_base, cols, dims, sk, sks, d), acc)
+    else:
+        # One pass with a running max (the rescaling costs an fp32 rounding per key block). Each
+        # block's P·V starts from zero and is added to the running sum in IEEE fp32: summed across
+        # blocks inside the tensor cores, whose fp32 accumulation rounds coarser, it errs ~10x more.
+        for n0 in range(0, n_end, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            s = _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP)
+            m_new = tl.maximum(m, tl.max(s, 1))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m - shift)
+            p = tl.exp(s - shift[:, None])
+            total = total * alpha + tl.sum(p, 1)
+            v32 = _values(v_base, cols, dims, sk, sks, d).to(tl.float32)
             high = (p.to(tl.int32, bitcast=True) & TF32_HIGH_BITS).to(tl.float32, bitcast=True)
-            v32 = v.to(tl.float32)
-            acc = tl.dot(high, v32, acc, input_precision="tf32")
-            acc = tl.dot(p - high, v32, acc, input_precision="tf32")
+            block = tl.dot(high, v32, input_precision="tf32")
+            block = tl.dot(p - high, v32, block, input_precision="tf32")
+            acc = acc * alpha[:, None] + block
+            m = m_new
+        acc = acc / tl.where(total > 0, total, 1.0)[:, None]
 
     if LOWP:
         acc = acc.to(Q.dtype.element_ty).to(tl.float32)
