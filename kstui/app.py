@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -81,6 +82,15 @@ class KstuiApp(App[int]):
             self.session.subscribe(self.forward)
             self.session.shell_confirmer = self.confirm_shell
             self.run_worker(self._run_session(), name="session", exit_on_error=False)
+
+    def on_ready(self) -> None:
+        # What exists at the first frame (modules, screens, panes) lives about as long as the app. Frozen,
+        # it is left out of every full collection, which then walks only what came later: with 11,500 tool
+        # calls in the transcript and text streaming (bench_tui), about 30 ms a collection instead of 90-110.
+        gc.freeze()
+
+    def on_unmount(self) -> None:
+        gc.unfreeze()  # what was frozen and has died since can be collected again
 
     async def confirm_shell(self, command: str) -> bool:
         """--confirm-shell: the agent's bash command runs only if the person says yes."""

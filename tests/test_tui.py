@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import os
 import sys
 from pathlib import Path
@@ -281,6 +282,58 @@ async def test_a_drag_past_a_limit_stops_there_and_lays_out_only_on_a_change(ker
         assert column_widths(main) == (20, 30, 138 - 50)
         await drag(pilot, "#divider-speedup", [139])
         assert column_widths(main) == (20, 138 - 52, 32)
+
+
+async def test_a_divider_move_is_painted_with_garbage_collection_held(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = app.main
+        frames = []  # (transcript width, collection enabled) at each frame painted
+        render_update = main._compositor.render_update
+        main._compositor.render_update = lambda *a, **k: (
+            frames.append((main.transcript.size.width, gc.isenabled())), render_update(*a, **k))[1]
+        width = main.transcript.size.width
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: main.transcript.size.width != width)
+        assert [enabled for w, enabled in frames if w != width][0] is False
+        assert gc.isenabled()  # given back once that frame was out
+        # Collection someone else turned off stays off.
+        gc.disable()
+        try:
+            width = main.transcript.size.width
+            await pilot.press("left_curly_bracket")
+            await until(pilot, lambda: main.transcript.size.width != width)
+            await pilot.pause()
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+
+
+async def test_the_app_freezes_its_startup_objects_and_thaws_them_on_exit(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        plot = app.main.speedup.query_one("#plot")
+        await pilot.pause()
+        drawn = []  # the plot's width at each figure plotext builds
+        build = plot.plt.build
+        plot.plt.build = lambda: (drawn.append(plot.size.width), build())[1]
+        await feed(app, pilot, [ev.StatusChanged("thinking"), ev.Usage("claude-test", 10, 5, 0, 0, 0.01)])
+        assert drawn == []
+        width = plot.size.width
+        await pilot.press("left_curly_bracket")
+        await until(pilot, lambda: plot.size.width != width)
+        await pilot.pause()
+        assert drawn == [plot.size.width]  # the same points, at the new width
+        await feed(app, pilot, [ev.EvaluationFinished(1, fake_result(KERNEL), where="fake")])
+        assert len(drawn) == 2
 
 
 async def test_help_lists_the_keys_and_closes(kernel):

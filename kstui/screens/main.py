@@ -7,6 +7,7 @@ headless mode lacks.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,7 @@ class MainScreen(Screen):
         self.queue = QueueList(id="queue")
         self.box = QuestionBox(id="question")
         self.footer = AlertFooter()
+        self._gc_held = False  # a divider moved: collection waits for the frame that shows it
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -122,8 +124,12 @@ class MainScreen(Screen):
         self._layout_for(self.size.width, self.size.height)
         self.update_status()
         self.transcript.focus()
+        self.screen_layout_refresh_signal.subscribe(self, self._layout_shown, immediate=True)
         if self.replay is not None:
             self.replay.start(self)
+
+    def on_unmount(self) -> None:
+        self._release_gc()
 
     # --- session events ----------------------------------------------------------------------
 
@@ -265,7 +271,7 @@ class MainScreen(Screen):
 
     def action_resize(self, column: str, delta: int) -> None:
         if self.split.move(column, delta, self.size.width - DIVIDERS):
-            self._apply_widths(self.size.width)
+            self._move_divider()
 
     def on_divider_dragged(self, message: Divider.Dragged) -> None:
         # The side column reaches up to the divider: the source from the left edge, the speedup from the right.
@@ -274,7 +280,7 @@ class MainScreen(Screen):
         cells = message.screen_x - columns.x if column == "source" else columns.right - 1 - message.screen_x
         # Layout runs only when a width changed: not for a drag along the divider or past a limit.
         if self.split.place(column, cells, self.size.width - DIVIDERS):
-            self._apply_widths(self.size.width)
+            self._move_divider()
 
     def action_replay_toggle(self) -> None:
         self.replay.toggle()
@@ -293,6 +299,25 @@ class MainScreen(Screen):
         self.update_status()
 
     # --- layout ------------------------------------------------------------------------------
+
+    def _move_divider(self) -> None:
+        # The frame that shows the new widths lays out and repaints most of the screen; a full garbage
+        # collection landing in it (the streamed Markdown leaves cycles behind) would double the wait.
+        # As Textual's PAUSE_GC_ON_SCROLL does for scrolling, collection waits until that frame is out.
+        if gc.isenabled():
+            gc.disable()
+            self._gc_held = True
+        self._apply_widths(self.size.width)
+
+    def _layout_shown(self, screen: Screen) -> None:
+        # Published after each layout refresh, once its frame is painted; the first one after a divider
+        # move normally shows it (at worst a frame already under way comes first, and collects early).
+        self._release_gc()
+
+    def _release_gc(self) -> None:
+        if self._gc_held:
+            self._gc_held = False
+            gc.enable()
 
     def _apply_widths(self, width: int) -> None:
         # Narrow: one column at a time, as wide as the screen (main.tcss sizes it).

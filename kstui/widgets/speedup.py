@@ -85,6 +85,7 @@ class SpeedupPanel(Vertical):
         self._plot = PlotextPlot(id="plot")
         self._table = ScenarioTable(id="scenarios")
         self._usage = FitStatic(id="usage")
+        self._plotted: list[tuple[int, float, bool]] | None = None  # the points the figure shows
 
     def compose(self):
         yield self._summary
@@ -143,10 +144,16 @@ class SpeedupPanel(Vertical):
         )
 
     def _draw_plot(self) -> None:
+        points = [p for p in self.state.points if p.geomean is not None]
+        plotted = [(p.eval_no, p.geomean, p.accepted) for p in points]
+        if plotted == self._plotted:
+            # Most events (status, tokens) leave the points alone: the figure stands, and a new size
+            # is Textual's to redraw.
+            return
+        self._plotted = plotted
         plt = self._plot.plt
         plt.clear_data()
         plt.clear_figure()
-        points = [p for p in self.state.points if p.geomean is not None]
         if points:
             plt.plot([p.eval_no for p in points], [p.geomean for p in points], marker="braille", color="blue")
             accepted = [p for p in points if p.accepted]
