@@ -302,7 +302,7 @@ class MainScreen(Screen):
 
     def _move_divider(self) -> None:
         # The frame that shows the new widths lays out and repaints most of the screen; a full garbage
-        # collection landing in it (the streamed Markdown leaves cycles behind) would double the wait.
+        # collection landing in it (the streamed Markdown leaves cycles behind) would add up to 100 ms.
         # As Textual's PAUSE_GC_ON_SCROLL does for scrolling, collection waits until that frame is out.
         if gc.isenabled():
             gc.disable()
