@@ -90,7 +90,8 @@ def attention_kernel(Q, K, V, O, LSE, sq, sk, hq, group, d, scale, offset, causa
     else:
         # One pass with a running max (the rescaling costs an fp32 rounding per key block). Each
         # block's P·V starts from zero and is added to the running sum in IEEE fp32: summed across
-        # blocks inside the tensor cores, whose fp32 accumulation rounds coarser, it errs ~10x more.
+        # blocks inside the tensor cores, whose fp32 accumulation rounds coarser, it erred 3 to 50
+        # times more against float64 on the H200 (docs/BENCHMARKS.md).
         for n0 in range(0, n_end, BLOCK_N):
             cols = n0 + tl.arange(0, BLOCK_N)
             s = _scores(q, k_base, cols, dims, rows, sk, sks, d, scale, offset, causal, LOWP)
