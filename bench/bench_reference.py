@@ -5,8 +5,8 @@ fp32 reference and the same-dtype computation with the fused Triton kernel and w
 ops, and prints:
 - their agreement: the fused reference's largest difference from the chunked one, as a fraction of
   the o and lse tolerances the reference sets, and the ratio of the two paths' same-dtype errors;
-- their time: seconds per path over the whole grid (the first call of each Triton specialisation,
-  which compiles or loads it, is timed apart).
+- their time: seconds per path over the whole grid (the first call for each dtype, head dim and
+  decode-sized or not, which is where Triton compiles or loads what it has not yet, is timed apart).
 Usage: python bench/bench_reference.py [--ids ID ...]
 """
 
@@ -56,7 +56,7 @@ def main() -> int:
         q, k, v, scale, causal = inputs["q"], inputs["k"], inputs["v"], float(inputs["scale"]), p["causal"]
         key = (p["dtype"], p["d"], p["sq"] <= 16)
         first = key not in seen
-        if first:  # compiles or loads both specialisations for this dtype, head dim and row block
+        if first:  # both references' first call for this dtype, head dim and row count
             seen.add(key)
             _, t = _timed(lambda: (ref.fused(q, k, v, scale, causal, False), ref.fused(q, k, v, scale, causal, True)))
             seconds["fused_first_calls"] += t
@@ -84,7 +84,7 @@ def main() -> int:
         del inputs, fo, flse, fo_lp, flse_lp, co, clse, co_lp, clse_lp, r
     print(f"BENCH references over {len(scenarios)} scenarios (fp32 + same-dtype, seed 0): "
           f"fused {seconds['fused']:.2f} s, chunked {seconds['chunked']:.2f} s, "
-          f"fused first calls {seconds['fused_first_calls']:.2f} s ({len(seen)} specialisation pairs)")
+          f"fused first calls {seconds['fused_first_calls']:.2f} s ({len(seen)} dtype x head dim x decode-or-not)")
     print(f"BENCH fused vs chunked fp32: max |o diff| {worst['o'][0]:.2e} of o_tol ({worst['o'][1]}), "
           f"max |lse diff| {worst['lse'][0]:.2e} of lse_tol ({worst['lse'][1]})")
     print(f"BENCH same-dtype error fused/chunked: {worst['lowp_ratio_min'][0]:.2f} ({worst['lowp_ratio_min'][1]}) "

@@ -268,9 +268,11 @@ class Judge:
         """First calls of what this scenario will run, on throwaway inputs; nothing is judged or kept.
 
         cuDNN builds an execution plan on its first call per shape (about a quarter of a second), and
-        the references' kernels load and pick their cuBLAS algorithms on first use, so a prepared
-        worker pays that before the kernel arrives: the baselines a timed scenario is likely to time,
-        the reference of an untimed one (a timed scenario's reference is dominated by its arithmetic).
+        the references' kernels compile or load on first use (Triton's kernel; cuBLAS's algorithm
+        choice on the torch path), so a prepared worker pays that before the kernel arrives: the
+        baselines a timed scenario is likely to time, the reference of an untimed one (the untimed
+        grid meets every dtype and head-dim tile, and a timed scenario's reference is dominated by its
+        arithmetic).
         """
         try:
             gen = torch.Generator(device=self.device)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from harness.tasks import attention_reference, get_task
+from harness.tasks.attention import _empty_rows
 
 SPECS = [
     "dtype=bf16,d=128,b=2,hq=8,hkv=2,sq=300,sk=1029,causal=1",  # GQA, Sq < Sk, bottom-right
@@ -96,7 +97,7 @@ def _same_dtype_errors(spec: str, device: str) -> dict[str, float]:
     """max |same-dtype - fp32| of o and lse, from the fused and the chunked paths on the same inputs."""
     _, s, inputs = _inputs(spec, device)
     q, k, v, scale, causal = inputs["q"], inputs["k"], inputs["v"], inputs["scale"], s.params["causal"]
-    e = max(0, q.shape[1] - k.shape[1]) if causal else 0
+    e = _empty_rows(q.shape[1], k.shape[1], causal)
     out = {}
     for name, fn in (("fused", attention_reference.fused), ("chunked", attention_reference.chunked)):
         o32, lse32 = fn(q, k, v, scale, causal, False)
