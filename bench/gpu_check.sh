@@ -39,9 +39,11 @@ for stage in $stages; do
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
       ;;
     profile)
-      { $PY bench/profile_judge.py --selection quick --top 30
-        $PY bench/profile_judge.py --selection quick --stand-in flash --top 0
-        $PY bench/profile_judge.py --selection full --stand-in flash --top 0; } > "$OUT/profile.txt" 2>&1
+      { $PY bench/profile_judge.py --selection quick --top 0
+        for who in flash cudnn; do
+          $PY bench/profile_judge.py --selection quick --stand-in $who --top 0
+          $PY bench/profile_judge.py --selection full --stand-in $who --top 0
+        done; } > "$OUT/profile.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^PROFILE ' "$OUT/profile.txt" | sed 's/^PROFILE //')
       ;;
     shards)
