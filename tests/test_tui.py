@@ -284,6 +284,26 @@ async def test_a_drag_past_a_limit_stops_there_and_lays_out_only_on_a_change(ker
         assert column_widths(main) == (20, 138 - 52, 32)
 
 
+async def test_a_divider_move_is_laid_out_and_painted_before_its_action_returns(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = app.main
+        await pilot.pause()
+        painted = []  # the transcript's width at each frame handed to the driver
+        render_update = main._compositor.render_update
+        main._compositor.render_update = lambda *a, **k: (
+            painted.append(main.transcript.size.width), render_update(*a, **k))[1]
+        before = column_widths(main)
+        main.action_resize("speedup", 1)
+        # No wait for the screen's update timer: the new widths are already on screen.
+        after = column_widths(main)
+        assert after[0] == before[0] and after[2] > before[2] and sum(after) == 138
+        assert painted == [main.transcript.size.width]
+        # The widgets' own layout requests, arriving later, leave the widths as they are.
+        await pilot.pause()
+        assert column_widths(main) == after
+
+
 async def test_a_divider_move_is_painted_with_garbage_collection_held(kernel):
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:

@@ -7,7 +7,6 @@ headless mode lacks.
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from kstui.screens.columns import ColumnSplit
 from kstui.screens.confirm import ConfirmScreen
 from kstui.screens.help import HelpScreen
 from kstui.screens.history import HistoryScreen
+from kstui.screens.relayout import relayout_now
 from kstui.widgets.divider import Divider
 from kstui.widgets.footer import AlertFooter
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, SessionEvent
@@ -96,7 +96,6 @@ class MainScreen(Screen):
         self.queue = QueueList(id="queue")
         self.box = QuestionBox(id="question")
         self.footer = AlertFooter()
-        self._gc_held = False  # a divider moved: collection waits for the frame that shows it
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -124,12 +123,8 @@ class MainScreen(Screen):
         self._layout_for(self.size.width, self.size.height)
         self.update_status()
         self.transcript.focus()
-        self.screen_layout_refresh_signal.subscribe(self, self._layout_shown, immediate=True)
         if self.replay is not None:
             self.replay.start(self)
-
-    def on_unmount(self) -> None:
-        self._release_gc()
 
     # --- session events ----------------------------------------------------------------------
 
@@ -301,23 +296,9 @@ class MainScreen(Screen):
     # --- layout ------------------------------------------------------------------------------
 
     def _move_divider(self) -> None:
-        # The frame that shows the new widths lays out and repaints most of the screen; a full garbage
-        # collection landing in it (the streamed Markdown leaves cycles behind) would add up to 100 ms.
-        # As Textual's PAUSE_GC_ON_SCROLL does for scrolling, collection waits until that frame is out.
-        if gc.isenabled():
-            gc.disable()
-            self._gc_held = True
+        # The frame that shows the new widths starts now rather than on the screen's next update tick.
         self._apply_widths(self.size.width)
-
-    def _layout_shown(self, screen: Screen) -> None:
-        # Published after each layout refresh, once its frame is painted; the first one after a divider
-        # move normally shows it (at worst a frame already under way comes first, and collects early).
-        self._release_gc()
-
-    def _release_gc(self) -> None:
-        if self._gc_held:
-            self._gc_held = False
-            gc.enable()
+        relayout_now(self, self.query_one("#columns"))
 
     def _apply_widths(self, width: int) -> None:
         # Narrow: one column at a time, as wide as the screen (main.tcss sizes it).
