@@ -312,7 +312,7 @@ class Judge:
             t = samples["candidate"].median
             calls = int(min(12, max(3, WALL_CHECK_US / max(t, 1.0))))
             with self.phase("wall_clock_check_s"):
-                excess, overhead = self.timer.wall_excess_us(candidate, calls)
+                hidden = self._hidden_us(candidate, calls, t)
         except EntryPointError as exc:
             _cuda_sync(self.device)
             res.verdict, res.detail = "error", f"the entry point returned {_cuda_error_name(exc.rc)} while timed"
@@ -336,10 +336,22 @@ class Judge:
         if t < floor_us:
             res.verdict = "too-fast"
             res.detail = f"{t:.2f} µs is below the physical floor {floor_us:.2f} µs (exact FLOPs and bytes over measured peaks)"
-        elif excess - overhead > HIDDEN_WORK_US + 0.2 * t:
+        elif hidden > HIDDEN_WORK_US + 0.2 * t:
             res.verdict = "hidden-work"
-            res.detail = (f"wall clock exceeds the stream's events by {excess - overhead:.1f} µs per call "
+            res.detail = (f"wall clock exceeds the stream's events by {hidden:.1f} µs per call "
                           f"({t:.1f} µs timed): work outside the harness stream")
+
+
+    def _hidden_us(self, candidate: Callable[[], None], calls: int, t: float) -> float:
+        """Wall clock over the events per call, beyond the harness's own overhead. A first excess is
+        measured again with twice the calls and the smaller kept: work left on another stream shows
+        every time, a hiccup of the host does not (one gave a 21 µs excess on a 21 µs scenario of a
+        library kernel, docs/BENCHMARKS.md)."""
+        excess, overhead = self.timer.wall_excess_us(candidate, calls)
+        if excess - overhead <= HIDDEN_WORK_US + 0.2 * t:
+            return excess - overhead
+        again, overhead_again = self.timer.wall_excess_us(candidate, 2 * calls)
+        return min(excess - overhead, again - overhead_again)
 
 
 def _fill_errors(res: ScenarioResult, cmp: Comparison) -> None:
