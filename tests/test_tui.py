@@ -351,9 +351,20 @@ async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel)
         await pilot.press("left_curly_bracket")
         await until(pilot, lambda: plot.size.width != width)
         await pilot.pause()
-        assert drawn == [plot.size.width]  # the same points, at the new width
+        narrower = plot.size.width
+        assert drawn == [narrower]  # the same points, at the new width
+        # Back to a width it was drawn at: that figure is shown again, not drawn again.
+        await pilot.press("right_curly_bracket")
+        await until(pilot, lambda: plot.size.width == width)
+        await pilot.pause()
+        assert drawn == [narrower]
         await feed(app, pilot, [ev.EvaluationFinished(1, fake_result(KERNEL), where="fake")])
-        assert len(drawn) == 2
+        assert drawn == [narrower, width]
+        # New points: the figure kept for the other width is drawn afresh too.
+        await pilot.press("left_curly_bracket")
+        await until(pilot, lambda: plot.size.width == narrower)
+        await pilot.pause()
+        assert drawn == [narrower, width, narrower]
 
 
 async def test_help_lists_the_keys_and_closes(kernel):

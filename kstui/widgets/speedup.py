@@ -9,11 +9,11 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable
-from textual_plotext import PlotextPlot
 
 from kstui import events as ev
 from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
+from kstui.widgets.plot import FigurePlot
 from kstui.widgets.speedup_state import SpeedupState
 
 # Numbers first, the long scenario id last: in a narrow panel the numbers are what must show.
@@ -82,7 +82,7 @@ class SpeedupPanel(Vertical):
         self.state = SpeedupState()
         self._summary = FitStatic(id="summary")
         self._stall = FitStatic(id="stall")
-        self._plot = PlotextPlot(id="plot")
+        self._plot = FigurePlot(id="plot")
         self._table = ScenarioTable(id="scenarios")
         self._usage = FitStatic(id="usage")
         self._plotted: list[tuple[int, float, bool]] | None = None  # the points the figure shows
@@ -147,8 +147,7 @@ class SpeedupPanel(Vertical):
         points = [p for p in self.state.points if p.geomean is not None]
         plotted = [(p.eval_no, p.geomean, p.accepted) for p in points]
         if plotted == self._plotted:
-            # Most events (status, tokens) leave the points alone: the figure stands, and a new size
-            # is Textual's to redraw.
+            # Most events (status, tokens) leave the points alone: the figures drawn stand.
             return
         self._plotted = plotted
         plt = self._plot.plt
@@ -164,4 +163,4 @@ class SpeedupPanel(Vertical):
             step = max(1, len(xs) // 6)
             plt.xticks(xs[::step])
         plt.title("geomean per evaluation (● accepted)")
-        self._plot.refresh()
+        self._plot.replot()
