@@ -2,15 +2,12 @@
 
 Every timed call is preceded by an L2 flush (a write over more than twice the L2) and a reset of
 persisting L2 lines, so no implementation times a warm cache. Implementations are timed
-interleaved in rounds, rotating their order each round, so clock drift hits them alike; within a
-round each runs a burst of calls back to back, so each is timed at the clock its own power draw
-holds (as triton.testing.do_bench times it), not at the clock its partner's left behind.
+interleaved, rotating their order each round, so clock drift and thermal state hit them alike.
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,14 +21,6 @@ MIB = 1 << 20
 # idle: an idle spin instead lets the flush's dirty lines drain first and times kernels ~5% faster
 # than triton.testing.do_bench does (measured on the H200, docs/BENCHMARKS.md).
 MIN_FLUSH_BYTES = 512 * MIB
-# A burst lasts at least this long: the H200's clock follows the power draw within a few milliseconds
-# (after a 9 ms idle wait cuDNN ran 13% faster than back to back; docs/BENCHMARKS.md), so most of a
-# burst runs at the implementation's own sustained clock.
-BURST_S = 5e-3
-# Noisy implementations get more rounds, until two evaluations' medians would differ by at most this
-# much (one standard error, in percent) or EXTRA_BUDGETS more time budgets are spent.
-NOISE_TARGET_PCT = 0.7
-EXTRA_BUDGETS = 8
 
 
 def load_cudart() -> Any | None:
@@ -81,37 +70,25 @@ class Timer:
             self._cudart.cudaCtxResetPersistingL2Cache()
 
     def interleaved(self, fns: dict[str, Callable[[], Any]], budget_s: float, min_reps: int = 5, max_reps: int = 200) -> dict[str, Samples]:
-        """Median-ready samples per implementation; rounds and bursts chosen by a time budget."""
+        """Median-ready samples per implementation; repetitions chosen by a time budget."""
         names = list(fns)
         with torch.cuda.stream(self.stream):
             for name in names:  # warm-up (each was called at least once already, in its checks)
                 fns[name]()
             estimate = self._one_round(fns, names)
-            costs = {n: estimate[n] / 1e6 + self.flush_bytes / 2e12 for n in names}
-            bursts, rounds = plan(costs, budget_s, min_reps, max_reps)
-            times = {n: [] for n in names}
-            self._rounds(fns, bursts, range(rounds), times)
-            more = extra_rounds(times, bursts, costs, EXTRA_BUDGETS * budget_s, max_reps)
-            if more:
-                self._rounds(fns, bursts, range(rounds, rounds + more), times)
-        return {n: Samples(t) for n, t in times.items()}
-
-    def _rounds(self, fns: dict[str, Callable[[], Any]], bursts: dict[str, int], rounds: range,
-                times: dict[str, list[float]]) -> None:
-        names = list(fns)
-        events = []
-        for r in rounds:
-            for name in names[r % len(names):] + names[: r % len(names)]:
-                for _ in range(bursts[name]):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            per_round = sum(estimate.values()) / 1e6 + len(names) * self.flush_bytes / 2e12
+            reps = int(min(max_reps, max(min_reps, budget_s / max(per_round, 1e-9))))
+            starts = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in names}
+            ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in names}
+            for r in range(reps):
+                order = names[r % len(names):] + names[: r % len(names)]
+                for name in order:
                     self.flush()
-                    start.record(self.stream)
+                    starts[name][r].record(self.stream)
                     fns[name]()
-                    end.record(self.stream)
-                    events.append((name, start, end))
-        torch.cuda.synchronize(self.device)
-        for name, start, end in events:
-            times[name].append(start.elapsed_time(end) * 1000.0)
+                    ends[name][r].record(self.stream)
+            torch.cuda.synchronize(self.device)
+        return {n: Samples([s.elapsed_time(e) * 1000.0 for s, e in zip(starts[n], ends[n])]) for n in names}
 
     def _one_round(self, fns: dict[str, Callable[[], Any]], names: list[str]) -> dict[str, float]:
         out = {}
@@ -153,33 +130,6 @@ class Timer:
                 wall = (time.perf_counter() - t0) * 1e6
                 diffs.append(wall - start.elapsed_time(end) * 1000.0)
         return statistics.median(diffs)
-
-
-def plan(costs_s: dict[str, float], budget_s: float, min_reps: int, max_reps: int) -> tuple[dict[str, int], int]:
-    """(calls per burst for each implementation, rounds): bursts of at least BURST_S, at least two rounds
-    so each implementation goes first once, at least min_reps samples each, about budget_s in all,
-    at most max_reps samples each."""
-    bursts = {n: max(1, min(max_reps // 2, math.ceil(BURST_S / c))) for n, c in costs_s.items()}
-    per_round = sum(bursts[n] * c for n, c in costs_s.items())
-    rounds = max(2, math.ceil(min_reps / min(bursts.values())), round(budget_s / max(per_round, 1e-9)))
-    return bursts, max(2, min(rounds, max_reps // max(bursts.values())))
-
-
-def extra_rounds(times_us: dict[str, list[float]], bursts: dict[str, int], costs_s: dict[str, float],
-                 extra_s: float, max_reps: int) -> int:
-    """More rounds for a noisy implementation: the standard error of a median is about 0.93 x IQR
-    over the square root of the samples, so two evaluations' medians differ by about 1.31 x IQR /
-    sqrt(n) (one standard error); rounds are added until that is NOISE_TARGET_PCT, within extra_s
-    more seconds and max_reps samples per implementation."""
-    wanted = 0
-    for name, t in times_us.items():
-        spread = Samples(t).spread_pct
-        need = math.ceil((1.31 * spread / NOISE_TARGET_PCT) ** 2) - len(t)
-        wanted = max(wanted, math.ceil(need / bursts[name]) if need > 0 else 0)
-    per_round = sum(bursts[n] * c for n, c in costs_s.items())
-    room = min(int(extra_s / max(per_round, 1e-9)),
-               min((max_reps - len(times_us[n])) // bursts[n] for n in times_us))
-    return max(0, min(wanted, room))
 
 
 def measure_peaks(device: torch.device) -> dict[str, float]:
