@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
-#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [profile] [shards] [quick] [full]   (default: env tests bench)
+#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full]   (default: env tests bench)
+# fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed).
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -38,11 +39,15 @@ for stage in $stages; do
       $PY bench/bench_warm.py --out "$OUT" --full > "$OUT/warm.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
       ;;
+    fast)
+      $PY bench/bench_warm.py --out "$OUT/fast" --full --pause 8 --stand-in cudnn > "$OUT/fast.txt" 2>&1
+      while IFS= read -r line; do table+=("cuDNN stand-in: $line"); done < <(grep '^BENCH ' "$OUT/fast.txt" | sed 's/^BENCH //')
+      ;;
     profile)
       { $PY bench/profile_judge.py --selection quick --top 0
         for who in flash cudnn; do
           $PY bench/profile_judge.py --selection quick --stand-in $who --top 0
-          $PY bench/profile_judge.py --selection full --stand-in $who --top 0
+          $PY bench/profile_judge.py --selection full --stand-in $who --top 0 --json "$OUT/profile-$who-full.json"
         done; } > "$OUT/profile.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^PROFILE ' "$OUT/profile.txt" | sed 's/^PROFILE //')
       ;;

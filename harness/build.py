@@ -428,14 +428,19 @@ def _store(cache_dir: Path, entry: Path, library: Path, report: BuildReport) -> 
 # The build
 
 
-def build(source: Path, entry_symbols: Sequence[str], options: BuildOptions) -> tuple[BuildReport, Path | None]:
-    """Build `source` (or fetch it from the cache): the report and the library's path (None on failure)."""
+def build(source: Path, entry_symbols: Sequence[str], options: BuildOptions,
+          source_bytes: bytes | None = None) -> tuple[BuildReport, Path | None]:
+    """Build `source` (or fetch it from the cache): the report and the library's path (None on failure).
+
+    `source_bytes`, when given, are compiled in place of the file's current bytes (the ones checked).
+    """
     started = time.monotonic()
     source = Path(source)
-    try:
-        source_bytes = source.read_bytes()
-    except OSError as exc:
-        raise BuildInputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if source_bytes is None:
+        try:
+            source_bytes = source.read_bytes()
+        except OSError as exc:
+            raise BuildInputError(f"cannot read {source}: {exc.strerror or exc}") from None
     for symbol in entry_symbols:
         if not re.fullmatch(r"[A-Za-z_]\w*", symbol):
             raise BuildInputError(f"bad entry symbol {symbol!r}")

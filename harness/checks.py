@@ -577,18 +577,20 @@ def _resolved_include_findings(pre: Preprocessed, toolkit: list[Path] | None) ->
 # The checks
 
 
-def source_checks(source: Path, options: BuildOptions | None = None) -> list[Check]:
+def source_checks(source: Path, options: BuildOptions | None = None, source_bytes: bytes | None = None) -> list[Check]:
     """single-file, vendor-library and forbidden-call, each failing with file:line: text.
 
     `options` gives the preprocessor pass the build's own macros (arch, fast math, -D flags), so code
-    cannot select a clean branch for the check and another for the build.
+    cannot select a clean branch for the check and another for the build; `source_bytes`, the bytes
+    the build compiles, so a file rewritten in between cannot be checked clean and built dirty.
     """
     options = options or BuildOptions()
     source = Path(source)
-    try:
-        source_bytes = source.read_bytes()
-    except OSError as exc:
-        raise BuildInputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if source_bytes is None:
+        try:
+            source_bytes = source.read_bytes()
+        except OSError as exc:
+            raise BuildInputError(f"cannot read {source}: {exc.strerror or exc}") from None
     text = source_bytes.decode("utf-8", "replace")
     original_lines = text.split("\n")
     spliced = splice(text)

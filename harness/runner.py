@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,8 +94,8 @@ def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, dev
 
 def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) -> EvalResult:
     """Judge a kernel. With a pool, take its prepared worker and leave a new one prepared after."""
+    from harness import check_cache
     from harness.build import BuildInputError, BuildOptions, build
-    from harness.checks import binary_checks, source_checks
 
     started = time.monotonic()
     kernel = kernel.resolve() if kernel.exists() else kernel
@@ -109,14 +110,17 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
     build_options = BuildOptions(fast_math=tf.fast_math, extra_flags=tf.build_flags, timeout_s=tf.build_timeout_s,
                                  cache_dir=cache_dir / "build" if cache_dir else None)
     try:
-        # The checks preprocess with the build's own macros, so no branch is checked that is not built.
-        result.checks = source_checks(kernel, build_options)
-        report, library = build(kernel, [task.entry_symbol], build_options)
+        # The checks preprocess the bytes the build compiles, with its own macros, so no branch is
+        # checked that is not built; the preprocessor's pass runs beside the compile.
+        with ThreadPoolExecutor(1) as executor:
+            checked = executor.submit(check_cache.source_checks, kernel, build_options, source)
+            report, library = build(kernel, [task.entry_symbol], build_options, source)
+            result.checks = checked.result()
     except BuildInputError as exc:
         raise BadInput(str(exc)) from None
     result.build = report
     if library is not None:
-        result.checks += binary_checks(library, [task.entry_symbol])
+        result.checks += check_cache.binary_checks(library, [task.entry_symbol], build_options)
     if opts.check_only or library is None or not result.checks_ok:
         if not opts.check_only and library is not None:
             result.error = "rejected by static checks before running: " + "; ".join(c.name for c in result.checks if not c.ok)
