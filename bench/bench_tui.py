@@ -1,7 +1,8 @@
 """TUI benchmark: prints measured numbers, nothing else.
 
-1. First frame: `kstui FILE --no-agent` in a real terminal (tmux) until the status line is drawn; and
-   whether importing the app and the session pulls in torch (it must not).
+1. First frame: `kstui FILE --no-agent`, and `kstui FILE` with the agent on, in a real terminal (tmux)
+   until the status line and the source are drawn; and whether importing the app and the session pulls
+   in torch (it must not).
 2. Key press to screen update while assistant text streams into a transcript that holds 11,500 tool
    calls: typing into the question box, and both column-resize keys (each moves one divider: the
    transcript and the column beside it are laid out and painted again). A resize key is timed twice:
@@ -39,15 +40,25 @@ KERNEL = "\n".join(
 )
 
 
-def first_frame_s(workspace: Path) -> float | None:
+def first_frame_s(workspace: Path, *, agent: bool = False) -> float | None:
+    """`kstui FILE` in tmux until its first frame is on screen. The installed entry point, with this
+    checkout's packages first on the path, so a worktree's benchmark times that worktree's code. With
+    `agent`, a key is set and the agent is on (its API a closed loopback port: nothing leaves the
+    machine); otherwise --no-agent."""
     if shutil.which("tmux") is None:
         return None
+    workspace.mkdir(parents=True, exist_ok=True)
     kernel = workspace / "bench.cu"
     kernel.write_text(KERNEL)
     kernel.with_suffix(".toml").write_text('task = "attention"\n')
     kstui = Path(sys.executable).with_name("kstui")
     name = f"kstui-bench-{uuid.uuid4().hex[:8]}"
-    command = shlex.join(["env", "TERM=xterm-256color", "ANTHROPIC_API_KEY=", str(kstui), str(kernel), "--no-agent"])
+    env = ["env", "TERM=xterm-256color", f"PYTHONPATH={ROOT}"]
+    if agent:
+        env += ["ANTHROPIC_API_KEY=sk-bench-not-a-key", "ANTHROPIC_BASE_URL=http://127.0.0.1:9"]
+        command = shlex.join([*env, str(kstui), str(kernel)])
+    else:
+        command = shlex.join([*env, "ANTHROPIC_API_KEY=", str(kstui), str(kernel), "--no-agent"])
     started = time.perf_counter()
     subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "140", "-y", "40", command], check=True)
     try:
@@ -213,9 +224,12 @@ def main() -> int:
     parser.add_argument("--presses", type=int, default=40)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        frame = first_frame_s(Path(tmp))
+        frame = first_frame_s(Path(tmp) / "manual")
         print(f"first frame (kstui FILE --no-agent, tmux 140x40): {frame:.2f} s" if frame is not None
               else "first frame: not measured (no tmux, or no frame within 60 s)")
+        frame = first_frame_s(Path(tmp) / "agent", agent=True)
+        print(f"first frame with the agent on (kstui FILE, a key set, tmux 140x40): {frame:.2f} s" if frame is not None
+              else "first frame with the agent on: not measured (no tmux, or no frame within 60 s)")
         print(f"torch imported by kstui.app/cli/session: {imports_torch()}")
         numbers = asyncio.run(latency(Path(tmp), args.calls, args.presses))
         reload = asyncio.run(reload_latency(Path(tmp), 20))

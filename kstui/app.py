@@ -12,7 +12,7 @@ import gc
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -20,12 +20,12 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from kstui import events as ev
-from kstui.screens.confirm import ConfirmScreen
-from kstui.screens.history import HistoryScreen
 from kstui.screens.main import MainScreen
-from kstui.screens.replay import ReplayPlayer
 from kstui.widgets.messages import SessionEvent
 from kstui.widgets.transcript import WINDOW
+
+if TYPE_CHECKING:
+    from kstui.screens.replay import ReplayPlayer
 
 DELTA_FRAME_S = 1 / 30
 
@@ -75,25 +75,32 @@ class KstuiApp(App[int]):
 
     def on_mount(self) -> None:
         if self.main is None:
+            from kstui.screens.history import HistoryScreen
+
             self.push_screen(HistoryScreen(self.history, standalone=True))
             return
         self.push_screen(self.main)
         if self.session is not None:
             self.session.subscribe(self.forward)
             self.session.shell_confirmer = self.confirm_shell
-            self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     def on_ready(self) -> None:
         # What exists at the first frame (modules, screens, panes) lives about as long as the app. Frozen,
         # it is left out of every full collection, which then walks only what came later: with 11,500 tool
         # calls in the transcript and text streaming (bench_tui), about 30 ms a collection instead of 90-110.
         gc.freeze()
+        if self.session is not None:
+            # Started once the first frame is out: the session's start (its agent's SDK, the trace, the
+            # harness fingerprint, git) is not needed to draw it.
+            self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # what was frozen and has died since can be collected again
 
     async def confirm_shell(self, command: str) -> bool:
         """--confirm-shell: the agent's bash command runs only if the person says yes."""
+        from kstui.screens.confirm import ConfirmScreen
+
         answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.push_screen(
             ConfirmScreen(f"The agent wants to run:\n\n{command}\n\nRun it?", yes="Run (y)", no="Refuse (n)"),
@@ -109,6 +116,8 @@ class KstuiApp(App[int]):
         """
         if self.main is None:
             return
+        if isinstance(event, ev.SessionStarted):
+            gc.freeze()  # what the session loaded as it started (the SDK, with an agent) lives as long too
         if isinstance(event, (ev.TextDelta, ev.ThinkingDelta)):
             pending = self._pending_delta
             if pending is not None and type(pending) is type(event) and pending.turn == event.turn:
@@ -215,5 +224,7 @@ def run_replay_app(trace: Path) -> int:
         history = History(kernel) if kernel.exists() else None
     except HistoryError:
         history = None
+    from kstui.screens.replay import ReplayPlayer
+
     player = ReplayPlayer(events, history=history)
     return KstuiApp(kernel=kernel, replay=player, watch=False).run() or 0

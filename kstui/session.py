@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import hashlib
+import importlib
 import math
 import shutil
 import time
@@ -281,25 +282,33 @@ class Session:
         self._best_text_cache: tuple[str, str] | None = None
         self._usage_now: dict[str, Usage] = {}
         self._usage_before: dict[str, float] = {}
+        self._agent_pending = False  # build(): the agent is made when run() starts
 
     # --- construction ---------------------------------------------------------------------------
 
     @classmethod
     def build(cls, config: SessionConfig, executor: Executor, *, history: History | None = None,
               bank: QuestionBank | None = None) -> Session:
-        """A session with its agent (unless manual) wired to the session's own toolbox."""
+        """A session whose agent (unless manual), wired to the session's own toolbox, is made when `run`
+        starts: the SDK takes seconds to import, and a view that starts the session after drawing its
+        first frame should not wait for it."""
         session = cls(config, executor=executor, agent=None, history=history, bank=bank)
-        if not config.manual:
-            from kstui.agent import Agent, AgentConfig
-            from kstui.prompts import system_prompt
-
-            agent_config = AgentConfig(**{k: v for k, v in {
-                "model": config.model, "max_tokens": config.max_tokens,
-                "thinking_budget": config.thinking_budget, "base_url": config.base_url,
-            }.items() if v is not None})
-            prompt = system_prompt(_display_path(config.kernel, config.workspace), str(config.workspace))
-            session.agent = Agent(agent_config, prompt, session.toolbox.definitions(), api_key=config.api_key or "")
+        session._agent_pending = not config.manual
         return session
+
+    async def _make_agent(self) -> None:
+        # On a thread, so that a view on this loop stays responsive while the SDK is imported.
+        agent_module = await asyncio.to_thread(importlib.import_module, "kstui.agent")
+        from kstui.prompts import system_prompt
+
+        config = self.config
+        agent_config = agent_module.AgentConfig(**{k: v for k, v in {
+            "model": config.model, "max_tokens": config.max_tokens,
+            "thinking_budget": config.thinking_budget, "base_url": config.base_url,
+        }.items() if v is not None})
+        prompt = system_prompt(_display_path(config.kernel, config.workspace), str(config.workspace))
+        self.agent = agent_module.Agent(agent_config, prompt, self.toolbox.definitions(), api_key=config.api_key or "")
+        self._agent_pending = False
 
     def _make_toolbox(self) -> Toolbox:
         from kstui.sandbox import detect, notice
@@ -516,6 +525,8 @@ class Session:
         self._open_trace()
         reason = "stopped"
         try:
+            if self._agent_pending:
+                await self._make_agent()
             self._start()
             if self.agent is None:
                 reason = await self._run_manual()

@@ -26,7 +26,8 @@ from kstui.screens.help import HelpScreen  # noqa: E402
 from kstui.screens.history import HistoryScreen  # noqa: E402
 from kstui.screens.replay import ReplayPlayer  # noqa: E402
 from kstui.widgets.messages import SessionEvent  # noqa: E402
-from kstui.widgets.transcript import FoldView, TextView  # noqa: E402
+from kstui.widgets.text import TextView  # noqa: E402
+from kstui.widgets.transcript import FoldView  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,10 +148,10 @@ async def test_streamed_deltas_are_merged_per_frame_in_order(kernel):
 async def test_streamed_text_is_painted_at_a_bounded_rate_and_whole_when_the_block_closes(kernel, monkeypatch):
     from textual.widgets._markdown import MarkdownStream
 
-    from kstui.widgets import transcript
+    from kstui.widgets import text
 
     period = 0.2  # longer than any frame, so a write per frame would show
-    monkeypatch.setattr(transcript, "STREAM_PERIOD_S", period)
+    monkeypatch.setattr(text, "STREAM_PERIOD_S", period)
     writes = []
     original = MarkdownStream.write
 

@@ -269,6 +269,8 @@ async def test_manual_mode_says_how_to_enable_the_agent_and_e_evaluates(tmp_path
         main = app.main
         await until(pilot, lambda: any(b.status == "manual" for b in main.transcript.state.blocks))
         assert "ANTHROPIC_API_KEY" in next(b.title for b in main.transcript.state.blocks if b.status == "manual")
+        # The screen takes the mode from SessionStarted after the transcript has shown it.
+        await until(pilot, lambda: main.mode == "manual")
         assert not main.check_action("bank", ()) and main.check_action("evaluate", ())
         await pilot.press("e")
         await until(pilot, lambda: bool(log.of(ev.EvaluationFinished)))

@@ -19,11 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Static, Tab, Tabs
 
 from kstui import events as ev
-from kstui.screens.bank import BankChoice, BankScreen
 from kstui.screens.columns import ColumnSplit
-from kstui.screens.confirm import ConfirmScreen
-from kstui.screens.help import HelpScreen
-from kstui.screens.history import HistoryScreen
 from kstui.screens.relayout import relayout_now
 from kstui.widgets.divider import Divider
 from kstui.widgets.footer import AlertFooter
@@ -34,6 +30,7 @@ from kstui.widgets.speedup import SpeedupPanel
 from kstui.widgets.transcript import WINDOW, Transcript
 
 if TYPE_CHECKING:
+    from kstui.screens.bank import BankChoice
     from kstui.screens.replay import ReplayPlayer
 
 # Below this the three columns do not fit side by side: they become tabs.
@@ -43,6 +40,14 @@ SESSION_ACTIONS = {"bank", "pause", "resume", "interrupt", "evaluate", "focus_qu
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_faster", "replay_slower"}
 COLUMNS = ("source", "middle", "speedup")
 DIVIDERS = 2  # cells between the columns, one beside each side column
+
+
+class MiddleColumn(Vertical):
+    """The transcript, the queue and the question box, stacked. It has no border or padding and its
+    children cover it, so its own lines are blank: Textual makes them without rendering each one, which
+    a divider move, resizing this column, would otherwise pay for (about 1 ms a frame)."""
+
+    BLANK = True
 
 
 class MainScreen(Screen):
@@ -106,7 +111,7 @@ class MainScreen(Screen):
         with Horizontal(id="columns"):
             yield self.source
             yield Divider("source", id="divider-source")
-            with Vertical(id="middle", classes="column"):
+            with MiddleColumn(id="middle", classes="column"):
                 yield self.transcript
                 yield self.queue
                 yield self.box
@@ -219,7 +224,11 @@ class MainScreen(Screen):
     def action_focus_question(self) -> None:
         self.box.focus()
 
+    # The screens a key opens are imported when it is pressed: none of them is in the first frame.
+
     def action_bank(self) -> None:
+        from kstui.screens.bank import BankScreen
+
         self.app.push_screen(BankScreen(self.session.bank, self.speedup.state.trigger), self._bank_chosen)
 
     def _bank_chosen(self, choice: BankChoice | None) -> None:
@@ -232,6 +241,8 @@ class MainScreen(Screen):
             self.post_message(AskQuestion(q.text, source="bank", question_id=q.id, kind=q.kind))
 
     def action_history(self) -> None:
+        from kstui.screens.history import HistoryScreen
+
         self.app.push_screen(HistoryScreen(self._history(), session=self.session))
 
     def action_pause(self) -> None:
@@ -253,10 +264,14 @@ class MainScreen(Screen):
         self.run_worker(self.session.evaluate_now(), name="evaluate-now", exit_on_error=False)
 
     def action_help(self) -> None:
+        from kstui.screens.help import HelpScreen
+
         self.app.push_screen(HelpScreen(self.active_bindings))
 
     def action_quit(self) -> None:
         if self.session is not None and self.status in WORKING:
+            from kstui.screens.confirm import ConfirmScreen
+
             self.app.push_screen(
                 ConfirmScreen("The agent is working. Quit? The turn is interrupted; git and the trace stay consistent."),
                 lambda yes: self.app.quit_after_stop() if yes else None,

@@ -14,11 +14,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
-from textual.timer import Timer
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Button, Markdown
-from textual.widgets._markdown import MarkdownStream
+from textual.widgets import Button
 
 from kstui import events as ev
 from kstui.widgets.fit import FitStatic
@@ -29,7 +27,6 @@ SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its 
 # Blocks kept mounted: a few screens of collapsed blocks. Every mounted block is laid out again when
 # the column's width changes, so this bounds what a resize costs.
 WINDOW = 40
-STREAM_PERIOD_S = 0.05  # streamed text is painted up to 20 times a second, however fast it arrives
 
 
 def clip(text: str) -> str:
@@ -63,46 +60,6 @@ class BlockView:
 
     async def close(self) -> None:
         """The block will not grow any more."""
-
-
-class TextView(Markdown, BlockView):
-    """Assistant text, streamed through Textual's MarkdownStream (appends, never re-parses the whole).
-
-    Deltas are handed to the stream at most STREAM_PERIOD_S apart: each append lays the transcript out
-    and paints it again, and a key pressed meanwhile waits for that frame.
-    """
-
-    def __init__(self, block: Block) -> None:
-        super().__init__(block.body, classes="block text")
-        self._stream: MarkdownStream | None = None
-        self._pending: list[str] = []
-        self._flush_timer: Timer | None = None
-
-    def show(self, block: Block) -> None:
-        self.update(block.body)
-
-    async def stream(self, text: str) -> None:
-        self._pending.append(text)
-        if self._flush_timer is None:
-            self._flush_timer = self.set_timer(STREAM_PERIOD_S, self._flush)
-
-    async def _flush(self) -> None:
-        self._flush_timer = None
-        if not self._pending:
-            return
-        text = "".join(self._pending)
-        self._pending.clear()
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self)
-        await self._stream.write(text)
-
-    async def close(self) -> None:
-        if self._flush_timer is not None:
-            self._flush_timer.stop()
-        await self._flush()
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
 
 
 STATUS_STYLES = {
@@ -186,6 +143,10 @@ class LineView(FitStatic, BlockView):
 
 def make_view(block: Block) -> Widget:
     if block.kind == "text":
+        # Markdown (markdown-it and Textual's Markdown widgets) is imported with the first text block,
+        # not before the app's first frame, which never shows one.
+        from kstui.widgets.text import TextView
+
         return TextView(block)
     if block.kind in ("question", "notice", "error") or (block.kind == "user" and block.body.count("\n") < 3):
         if block.kind == "user":

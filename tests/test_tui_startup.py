@@ -1,0 +1,126 @@
+"""What the TUI does before its first frame, and what it leaves until after: `kstui FILE` must draw
+within 1.5 s (issue 4), so nothing that frame does not show is imported or started before it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from pilot_support import until  # noqa: E402
+from test_tui_events import KERNEL  # noqa: E402
+
+from kstui.app import KstuiApp  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Path:
+    path = tmp_path / "flash_fwd.cu"
+    path.write_text(KERNEL)
+    path.with_suffix(".toml").write_text('task = "attention"\n')
+    return path
+
+
+def fresh_python(code: str, **env: str) -> dict:
+    """Run `code` in a new interpreter (this one has imported everything already); it prints JSON."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={**os.environ, **env}, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_first_frame_imports_neither_markdown_nor_the_screens_a_key_opens(kernel):
+    code = f"""
+import asyncio, json, sys
+from pathlib import Path
+from kstui.app import KstuiApp
+
+async def main():
+    app = KstuiApp(kernel=Path({str(kernel)!r}), watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        loaded = [m for m in ("markdown_it", "textual.widgets._markdown", "kstui.widgets.text",
+                              "kstui.screens.help", "kstui.screens.history", "kstui.screens.bank",
+                              "kstui.screens.confirm", "kstui.screens.replay") if m in sys.modules]
+        await pilot.press("question_mark")
+        await pilot.pause()
+        print(json.dumps({{"loaded": loaded, "help": type(app.screen).__name__}}))
+
+asyncio.run(main())
+"""
+    result = fresh_python(code)
+    assert result == {"loaded": [], "help": "HelpScreen"}  # and the key still opens its screen
+
+
+def test_an_agent_session_is_built_without_importing_the_sdk(kernel):
+    code = f"""
+import json, sys
+from kstui.cli import _run_parser, prepare_session
+session = prepare_session(_run_parser("kstui").parse_args([{str(kernel)!r}]), headless=False)
+print(json.dumps({{"sdk": "anthropic" in sys.modules, "agent_module": "kstui.agent" in sys.modules,
+                  "manual": session.config.manual}}))
+"""
+    result = fresh_python(code, ANTHROPIC_API_KEY="sk-test-not-a-key", ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    assert result == {"sdk": False, "agent_module": False, "manual": False}
+
+
+class StubSession:
+    """What the app asks of a session, and when `run` was called."""
+
+    def __init__(self, kernel: Path) -> None:
+        self.history = None
+        self.shell_confirmer = None
+        self.ran_after_ready: bool | None = None
+        self.app: KstuiApp | None = None
+
+    def subscribe(self, callback) -> None:
+        pass
+
+    async def run(self) -> None:
+        self.ran_after_ready = self.app.ready_seen
+
+
+class RecordingApp(KstuiApp):
+    ready_seen = False
+
+    def on_ready(self) -> None:
+        # Textual calls this before KstuiApp.on_ready, which starts the session.
+        self.ready_seen = True
+
+
+async def test_the_session_starts_once_the_first_frame_is_out(kernel):
+    session = StubSession(kernel)
+    app = RecordingApp(kernel=kernel, session=session, watch=False)
+    session.app = app
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(pilot, lambda: session.ran_after_ready is not None)
+    assert session.ran_after_ready is True
+
+
+async def test_a_divider_move_does_not_render_the_middle_columns_own_blank_lines(kernel, monkeypatch):
+    from textual._styles_cache import StylesCache
+
+    rendered: list[str | None] = []
+    original = StylesCache.render_widget
+
+    def recording(self, widget, crop):
+        rendered.append(widget.id)
+        return original(self, widget, crop)
+
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        monkeypatch.setattr(StylesCache, "render_widget", recording)
+        width = app.main.transcript.size.width
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: app.main.transcript.size.width != width)
+        await pilot.pause()
+    assert "transcript" in rendered  # the column was painted again at its new width ...
+    assert "middle" not in rendered  # ... without its container's own lines
