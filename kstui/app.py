@@ -59,8 +59,11 @@ class KstuiApp(App[int]):
         baseline: str | None = None,
         watch: bool = True,
         transcript_window: int = WINDOW,
+        gc_held: bool = False,
     ) -> None:
+        """`gc_held`: collection was turned off for start-up; the first frame turns it back on."""
         super().__init__()
+        self._gc_held = gc_held
         self.session, self.history, self.replay = session, history, replay
         self.kernel = kernel
         self.main: MainScreen | None = None
@@ -89,6 +92,8 @@ class KstuiApp(App[int]):
         # it is left out of every full collection, which then walks only what came later: with 11,500 tool
         # calls in the transcript and text streaming (bench_tui), about 30 ms a collection instead of 90-110.
         gc.freeze()
+        if self._gc_held:
+            gc.enable()
         if self.session is not None:
             # Started once the first frame is out: the session's start (its agent's SDK, the trace, the
             # harness fingerprint, git) is not needed to draw it.
@@ -181,8 +186,9 @@ def _baseline_of(history: Any) -> str | None:
     return history.content_at(entries[0].sha) if entries else None
 
 
-def run_session_app(session: Any) -> int:
-    app = KstuiApp(kernel=_kernel_of(session), session=session, baseline=_baseline_of(session.history))
+def run_session_app(session: Any, *, gc_held: bool = False) -> int:
+    app = KstuiApp(kernel=_kernel_of(session), session=session, baseline=_baseline_of(session.history),
+                   gc_held=gc_held)
     return app.run() or 0
 
 

@@ -341,6 +341,7 @@ async def test_the_app_freezes_its_startup_objects_and_thaws_them_on_exit(kernel
 async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel):
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
+        await feed(app, pilot, [ev.EvaluationFinished(1, fake_result(KERNEL), where="fake")])
         plot = app.main.speedup.query_one("#plot")
         await pilot.pause()
         drawn = []  # the plot's width at each figure plotext builds
@@ -359,7 +360,7 @@ async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel)
         await until(pilot, lambda: plot.size.width == width)
         await pilot.pause()
         assert drawn == [narrower]
-        await feed(app, pilot, [ev.EvaluationFinished(1, fake_result(KERNEL), where="fake")])
+        await feed(app, pilot, [ev.EvaluationFinished(2, fake_result(KERNEL), where="fake")])
         assert drawn == [narrower, width]
         # New points: the figure kept for the other width is drawn afresh too.
         await pilot.press("left_curly_bracket")

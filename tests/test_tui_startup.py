@@ -46,7 +46,7 @@ async def main():
     app = KstuiApp(kernel=Path({str(kernel)!r}), watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
-        loaded = [m for m in ("markdown_it", "textual.widgets._markdown", "kstui.widgets.text",
+        loaded = [m for m in ("markdown_it", "textual.widgets._markdown", "kstui.widgets.text", "plotext",
                               "kstui.screens.help", "kstui.screens.history", "kstui.screens.bank",
                               "kstui.screens.confirm", "kstui.screens.replay") if m in sys.modules]
         await pilot.press("question_mark")
@@ -124,3 +124,54 @@ async def test_a_divider_move_does_not_render_the_middle_columns_own_blank_lines
         await pilot.pause()
     assert "transcript" in rendered  # the column was painted again at its new width ...
     assert "middle" not in rendered  # ... without its container's own lines
+
+
+async def test_the_plot_replaces_its_placeholder_with_the_first_geomean(kernel):
+    from test_tui_events import fake_result
+
+    from kstui import events as ev
+    from kstui.widgets.messages import SessionEvent
+
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        speedup = app.main.speedup
+        assert not speedup.query("#plot") and speedup.query_one("#no-plot").size.height >= 8
+        app.main.post_message(SessionEvent(ev.EvaluationFinished(1, fake_result(KERNEL), where="fake")))
+        await until(pilot, lambda: bool(speedup.query("#plot")) and speedup.query_one("#plot").size.height >= 8)
+        assert not speedup.query("#no-plot")
+        assert [w.id for w in speedup.children].index("plot") == 2  # where the placeholder was
+
+
+async def test_collection_held_for_start_up_resumes_with_the_first_frame(kernel):
+    import gc
+
+    gc.disable()
+    try:
+        app = KstuiApp(kernel=kernel, watch=False, gc_held=True)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause()
+            assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.enable()
+
+
+def test_kstui_file_holds_collection_until_the_app_takes_over(kernel, monkeypatch):
+    import gc
+
+    from kstui import app as app_module
+    from kstui import cli
+
+    seen = {}
+
+    def run_session_app(session, *, gc_held=False):
+        seen.update(enabled=gc.isenabled(), gc_held=gc_held)
+        return 0
+
+    monkeypatch.setattr(app_module, "run_session_app", run_session_app)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    try:
+        assert cli.main([str(kernel), "--no-agent"]) == 0
+    finally:
+        gc.enable()
+    assert seen == {"enabled": False, "gc_held": True}

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.binding import Binding
@@ -13,12 +13,15 @@ from textual.widgets import DataTable
 from kstui import events as ev
 from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
-from kstui.widgets.plot import FigurePlot
 from kstui.widgets.speedup_state import SpeedupState
+
+if TYPE_CHECKING:
+    from kstui.widgets.plot import FigurePlot
 
 # Numbers first, the long scenario id last: in a narrow panel the numbers are what must show.
 COLUMNS = ("ok", "speedup", "µs", "baseline µs", "TFLOP/s", "id")
 FIELDS = ("correct", "speedup", "time_us", "baseline_us", "tflops", "id")
+PLOT_TITLE = "geomean per evaluation (● accepted)"
 
 
 def sort_key(value: Any) -> tuple[int, Any]:
@@ -82,7 +85,11 @@ class SpeedupPanel(Vertical):
         self.state = SpeedupState()
         self._summary = FitStatic(id="summary")
         self._stall = FitStatic(id="stall")
-        self._plot = FigurePlot(id="plot")
+        # Until there is a geomean to plot, one line stands in for the plot: plotext takes about 0.1 s to
+        # import, which the first frame of a new session would otherwise wait for to draw empty axes.
+        self._no_plot = FitStatic(Text.assemble(PLOT_TITLE, "\n", ("no geomean to plot yet", "dim")),
+                                  id="no-plot", classes="plot")
+        self._plot: FigurePlot | None = None
         self._table = ScenarioTable(id="scenarios")
         self._usage = FitStatic(id="usage")
         self._plotted: list[tuple[int, float, bool]] | None = None  # the points the figure shows
@@ -90,7 +97,7 @@ class SpeedupPanel(Vertical):
     def compose(self):
         yield self._summary
         yield self._stall
-        yield self._plot
+        yield self._no_plot
         yield self._table
         yield self._usage
 
@@ -150,6 +157,14 @@ class SpeedupPanel(Vertical):
             # Most events (status, tokens) leave the points alone: the figures drawn stand.
             return
         self._plotted = plotted
+        if self._plot is None:
+            if not points:
+                return
+            from kstui.widgets.plot import FigurePlot
+
+            self._plot = FigurePlot(id="plot", classes="plot")
+            self._no_plot.remove()
+            self.mount(self._plot, before=self._table)
         plt = self._plot.plt
         plt.clear_data()
         plt.clear_figure()
@@ -162,5 +177,5 @@ class SpeedupPanel(Vertical):
             xs = [p.eval_no for p in points]
             step = max(1, len(xs) // 6)
             plt.xticks(xs[::step])
-        plt.title("geomean per evaluation (● accepted)")
+        plt.title(PLOT_TITLE)
         self._plot.replot()
