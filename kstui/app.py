@@ -86,6 +86,7 @@ class KstuiApp(App[int]):
         if self.session is not None:
             self.session.subscribe(self.forward)
             self.session.shell_confirmer = self.confirm_shell
+            self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     def on_ready(self) -> None:
         # What exists at the first frame (modules, screens, panes) lives about as long as the app. Frozen,
@@ -94,10 +95,6 @@ class KstuiApp(App[int]):
         gc.freeze()
         if self._gc_held:
             gc.enable()
-        if self.session is not None:
-            # Started once the first frame is out: the session's start (its agent's SDK, the trace, the
-            # harness fingerprint, git) is not needed to draw it.
-            self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # what was frozen and has died since can be collected again

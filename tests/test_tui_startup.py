@@ -71,39 +71,6 @@ print(json.dumps({{"sdk": "anthropic" in sys.modules, "agent_module": "kstui.age
     assert result == {"sdk": False, "agent_module": False, "manual": False}
 
 
-class StubSession:
-    """What the app asks of a session, and when `run` was called."""
-
-    def __init__(self, kernel: Path) -> None:
-        self.history = None
-        self.shell_confirmer = None
-        self.ran_after_ready: bool | None = None
-        self.app: KstuiApp | None = None
-
-    def subscribe(self, callback) -> None:
-        pass
-
-    async def run(self) -> None:
-        self.ran_after_ready = self.app.ready_seen
-
-
-class RecordingApp(KstuiApp):
-    ready_seen = False
-
-    def on_ready(self) -> None:
-        # Textual calls this before KstuiApp.on_ready, which starts the session.
-        self.ready_seen = True
-
-
-async def test_the_session_starts_once_the_first_frame_is_out(kernel):
-    session = StubSession(kernel)
-    app = RecordingApp(kernel=kernel, session=session, watch=False)
-    session.app = app
-    async with app.run_test(size=(140, 40)) as pilot:
-        await until(pilot, lambda: session.ran_after_ready is not None)
-    assert session.ran_after_ready is True
-
-
 async def test_a_divider_move_does_not_render_the_middle_columns_own_blank_lines(kernel, monkeypatch):
     from textual._styles_cache import StylesCache
 
