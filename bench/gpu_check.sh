@@ -23,7 +23,7 @@ for stage in $stages; do
       note "device" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
       ;;
     tests)
-      $PY -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py tests/test_reference_accuracy.py tests/test_timing.py -rA --timeout 900 \
+      $PY -m pytest -v -p no:cacheprovider tests/test_gpu_harness.py tests/test_reference_accuracy.py tests/test_timing.py --durations 15 --timeout 900 \
         > "$OUT/gpu-tests.txt" 2>&1
       note "GPU tests (gpu_harness, reference_accuracy, timing)" "$(tail -1 "$OUT/gpu-tests.txt")"
       ;;

@@ -1,8 +1,9 @@
 """Where a worker's time goes, scenario group by group (GPU; torch alone).
 
 Builds a kernel, sets the worker's Judge up in this process and judges the correctness grid and the
-timed scenarios of a selection twice (the second pass is what a prepared worker pays), printing
-per-group seconds, the Judge's phases, and cProfile's heaviest functions for the second pass.
+timed scenarios of a selection in passes (two by default; the second is what a prepared worker pays),
+printing per-group seconds, the Judge's phases, and cProfile's heaviest functions for the last pass;
+with three or more, how far the last two passes' per-scenario medians agree.
 
 `--stand-in flash|cudnn` judges a library kernel in place of the kernel (bench/stand_in.py): what the
 harness itself costs when the kernel is fast. With the cuDNN stand-in and bf16 d=128 s=8192 in the
@@ -10,7 +11,7 @@ selection, the harness's TFLOP/s for cuDNN there (as the candidate and as the ba
 printed against triton.testing.do_bench's in the same process. `--json` writes the second pass's
 results.
 cProfile runs only when --top asks for its table, so the phase figures are not inflated by it.
-Usage: python bench/profile_judge.py [KERNEL] [--selection quick|full] [--stand-in flash|cudnn] [--top 25] [--json PATH]
+Usage: python bench/profile_judge.py [KERNEL] [--selection quick|full] [--stand-in flash|cudnn] [--top 25] [--json PATH] [--passes N]
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def main() -> int:
     ap.add_argument("--selection", default="quick")
     ap.add_argument("--stand-in", choices=["flash", "cudnn"], help="judge a library kernel in place of the kernel")
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--json", type=Path, help="write the second pass's scenario results here")
+    ap.add_argument("--json", type=Path, help="write every pass's scenario results here")
+    ap.add_argument("--passes", type=int, default=2, help="passes over the selection (the last is profiled)")
+    ap.add_argument("--noise-target", type=float, help="the task file's noise_target_pct, overridden (0: off)")
     args = ap.parse_args()
 
     import torch
@@ -60,11 +63,13 @@ def main() -> int:
     judge_class = stand_in_judge(args.stand_in) if args.stand_in else Judge
     judge = judge_class(task, device, Timer(device, torch.cuda.Stream(device)), cache, cache.peaks)
     judge.entry = load_entry(task, str(library))
-    judge.job = {"seed": 1, "baseline": None, "retime": False, "time_budget_s": tf.time_budget_ms / 1000.0}
+    noise = tf.noise_target_pct if args.noise_target is None else args.noise_target
+    judge.job = {"seed": 1, "baseline": None, "retime": False, "time_budget_s": tf.time_budget_ms / 1000.0,
+                 "noise_target_pct": noise}
     groups = {"correctness grid": [s for s in scenarios if not s.timed],
               f"{args.selection} timed": [s for s in scenarios if s.timed]}
 
-    who = {"flash": "FA2 stand-in", "cudnn": "cuDNN stand-in"}.get(args.stand_in, args.kernel.name)
+    who = {"flash": "FA2 stand-in", "cudnn": "cuDNN stand-in"}.get(args.stand_in, args.kernel.name) + f" noise {noise}"
 
     def judge_all(tag: str) -> list:
         judged = []
@@ -86,18 +91,25 @@ def main() -> int:
             print(f"  cuDNN's op refused {len(judge.refused)} scenarios, FA2 stood in: {sorted(judge.refused)[:5]}")
         return judged
 
-    judge_all("first")
+    passes = [judge_all(f"pass {i + 1}") for i in range(args.passes - 1)]
     prof = cProfile.Profile() if args.top else None
     if prof:
         prof.enable()
-    results = judge_all("second")
+    results = judge_all(f"pass {args.passes}")
     if prof:
         prof.disable()
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(args.top)
         print(text.getvalue())
+    passes.append(results)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+        args.json.write_text(json.dumps([[asdict(r) for r in p] for p in passes], indent=1))
+    if len(passes) >= 3:  # the first pass times every baseline (a cold cache), so it is not compared
+        a, b = ({r.id: r.time_us for r in p if r.timed and r.time_us} for p in passes[-2:])
+        diffs = sorted(100 * abs(a[i] - b[i]) / a[i] for i in a if i in b)
+        print(f"PROFILE {who} repeatability, last two passes: per-scenario medians within 2%: "
+              f"{sum(d <= 2 for d in diffs)}/{len(diffs)}, max {diffs[-1]:.2f}%, p90 {diffs[int(0.9 * len(diffs))]:.2f}%",
+              flush=True)
     cross = next((r for r in results if r.id == CROSS_CHECK_ID and r.correct), None)
     if args.stand_in == "cudnn" and cross is not None and "cudnn" in cross.baselines:
         plain = do_bench_cudnn_tflops()

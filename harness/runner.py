@@ -132,7 +132,7 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
     parts = split_balanced(scenarios, len(devices), task.exact_flops) if len(devices) > 1 else [scenarios]
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
     job = {"library": str(library), "seed": seed, "baseline": opts.baseline, "retime": opts.retime,
-           "time_budget_s": tf.time_budget_ms / 1000.0}
+           "time_budget_s": tf.time_budget_ms / 1000.0, "noise_target_pct": tf.noise_target_pct}
     preps = [preparation(task, tf.options, cache_dir, devices[i], parts[i]) for i in range(len(parts))]
     budgets = (opts.scenario_timeout_s or tf.scenario_timeout_s, opts.total_timeout_s or tf.total_timeout_s)
     outcomes: list[WorkerOutcome | None] = [None] * len(parts)

@@ -28,6 +28,7 @@ class TaskFile:
     scenario_timeout_s: float = 60.0
     total_timeout_s: float = 1800.0
     time_budget_ms: float = 25.0
+    noise_target_pct: float = 0.0
 
 
 def task_file_for(kernel: Path) -> Path:
@@ -75,4 +76,5 @@ def load_task_file(kernel: Path) -> TaskFile:
         scenario_timeout_s=float(_get(ev, "scenario_timeout_s", (int, float), 60, f"{where} [eval]")),
         total_timeout_s=float(_get(ev, "total_timeout_s", (int, float), 1800, f"{where} [eval]")),
         time_budget_ms=float(_get(ev, "time_budget_ms", (int, float), 25, f"{where} [eval]")),
+        noise_target_pct=float(_get(ev, "noise_target_pct", (int, float), 0, f"{where} [eval]")),
     )

@@ -307,7 +307,8 @@ class Judge:
         fns = {"candidate": candidate, **baselines}
         try:
             with self.phase("timing_s"):
-                samples = self.timer.interleaved(fns, self.job["time_budget_s"])
+                samples = self.timer.interleaved(fns, self.job["time_budget_s"],
+                                                 noise_target_pct=self.job.get("noise_target_pct", 0.0))
                 _cuda_sync(self.device)
             t = samples["candidate"].median
             calls = int(min(12, max(3, WALL_CHECK_US / max(t, 1.0))))
