@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kstui eval", description="Judge a kernel: build, checks, correctness, timing.")
     p.add_argument("file", type=Path, help="the kernel (.cu) with its task file (.toml) beside it")
-    p.add_argument("--scenarios", default="full", help="quick, full (default) or comma-separated ids")
+    p.add_argument("--scenarios", default="full", help="quick, full (default), exhaustive (full, with the whole FA3 correctness cross product) or comma-separated ids")
     p.add_argument("--scenario", action="append", default=[], metavar="SPEC",
                    help="an ad-hoc timed scenario, e.g. 'dtype=fp16,d=96,b=1,hq=6,hkv=2,sq=77,sk=4099,causal=1'")
     p.add_argument("--json", metavar="PATH|-", help="write the EvalResult JSON to PATH, or alone on stdout with -")

@@ -40,6 +40,20 @@ def test_grid_sizes_and_unique_stable_ids():
     assert any(s.params["hot"] for s in check) and any(s.params["hot"] for s in timed)
 
 
+def test_the_exhaustive_grid_is_the_whole_cross_product():
+    check, every = TASK.correctness_grid(), TASK.exhaustive_grid()
+    plain = [s for s in every if not s.params["hot"]]
+    combos = {(s.params["sq"], s.params["sk"], s.params["d"], s.params["causal"], s.params["hq"], s.params["hkv"],
+               s.params["dtype"]) for s in plain}
+    assert len(plain) == len(combos) == 20 * 5 * 2 * 3 * 2
+    assert {s.id for s in check} <= {s.id for s in every}
+    assert all(s.params["b"] <= 9 for s in every)  # small batch
+    chosen = TASK.scenarios("exhaustive")
+    assert [s for s in chosen if s.timed] == TASK.timed_grid()
+    assert len([s for s in chosen if not s.timed]) == len(every)
+    assert len(TASK.scenarios("full")) == len(check) + 180
+
+
 def test_exact_flops_of_the_fa3_causal_shape():
     s = next(s for s in TASK.timed_grid() if s.id == "bf16-d64-b32-h32x32-s512x512-causal")
     assert TASK.exact_flops(s) == 4 * 32 * 32 * 64 * (512 * 513 // 2)

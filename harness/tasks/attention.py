@@ -93,6 +93,29 @@ class Reference:
     empty_rows: int  # leading query rows that see no key (causal with Sq > Sk)
 
 
+HEAD_LAYOUTS = ((6, 6), (6, 2), (6, 1))  # MHA, GQA, MQA
+
+
+def _fa3_sweep() -> list[tuple[int, int, int, bool]]:
+    return [(sq, sk, d, causal) for sq, sk in FA3_PAIRS for d in (64, 96, 128, 192, 256) for causal in (False, True)]
+
+
+def _check_scenario(sq: int, sk: int, d: int, causal: bool, heads: tuple[int, int], dtype: str) -> Scenario:
+    p = {"block": "check", "b": 9 if sq * sk <= 1024 * 1024 else 2, "hq": heads[0], "hkv": heads[1], "sq": sq,
+         "sk": sk, "d": d, "causal": causal, "dtype": dtype, "hot": False, "scale": None}
+    return Scenario(scenario_id(p), False, p, "check")
+
+
+def _hot_checks() -> list[Scenario]:
+    out = []
+    for d in (64, 96, 128, 192, 256):
+        for (sq, sk), causal in (((113, 203), False), ((1024, 1023), True), ((799, 3), True)):
+            p = {"block": "check-hot", "b": 3, "hq": 6, "hkv": 2, "sq": sq, "sk": sk, "d": d,
+                 "causal": causal, "dtype": "bf16", "hot": True, "scale": None}
+            out.append(Scenario(scenario_id(p), False, p, "check-hot"))
+    return out
+
+
 class AttentionTask(Task):
     name = "attention"
     entry_symbol = "kstui_attention_fwd"
@@ -106,26 +129,20 @@ class AttentionTask(Task):
 
     def correctness_grid(self) -> list[Scenario]:
         """FA3's 20 (Sq, Sk) pairs x 5 head dims x causal, cycling MHA/GQA/MQA and bf16/fp16 so every
-        pair and head dim meets every head layout and both dtypes; plus stability rows."""
-        heads = ((6, 6), (6, 2), (6, 1))
-        out: list[Scenario] = []
-        i = 0
-        for sq, sk in FA3_PAIRS:
-            for d in (64, 96, 128, 192, 256):
-                for causal in (False, True):
-                    hq, hkv = heads[i % 3]
-                    dtype = ("bf16", "fp16")[(i // 3) % 2]
-                    b = 9 if sq * sk <= 1024 * 1024 else 2
-                    p = {"block": "check", "b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "d": d,
-                         "causal": causal, "dtype": dtype, "hot": False, "scale": None}
-                    out.append(Scenario(scenario_id(p), False, p, "check"))
-                    i += 1
-        for d in (64, 96, 128, 192, 256):
-            for (sq, sk), causal in (((113, 203), False), ((1024, 1023), True), ((799, 3), True)):
-                p = {"block": "check-hot", "b": 3, "hq": 6, "hkv": 2, "sq": sq, "sk": sk, "d": d,
-                     "causal": causal, "dtype": "bf16", "hot": True, "scale": None}
-                out.append(Scenario(scenario_id(p), False, p, "check-hot"))
-        return out
+        pair and head dim meets every head layout and both dtypes; plus stability rows. Run on every
+        evaluation: the whole cross product (exhaustive_grid) costs about six times as long, which
+        `quick`'s few seconds cannot hold."""
+        out = []
+        for i, (sq, sk, d, causal) in enumerate(_fa3_sweep()):
+            out.append(_check_scenario(sq, sk, d, causal, HEAD_LAYOUTS[i % 3], ("bf16", "fp16")[(i // 3) % 2]))
+        return out + _hot_checks()
+
+    def exhaustive_grid(self) -> list[Scenario]:
+        """The cross product: FA3's pairs x head dims x causal x MHA/GQA/MQA x dtypes (1,200), plus the
+        stability rows; a superset of the correctness grid."""
+        out = [_check_scenario(sq, sk, d, causal, heads, dtype)
+               for sq, sk, d, causal in _fa3_sweep() for heads in HEAD_LAYOUTS for dtype in ("bf16", "fp16")]
+        return out + _hot_checks()
 
     def quick_ids(self) -> list[str]:
         grid = self.timed_grid()

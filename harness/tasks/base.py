@@ -64,6 +64,10 @@ class Task:
     def correctness_grid(self) -> list[Scenario]:
         raise NotImplementedError
 
+    def exhaustive_grid(self) -> list[Scenario]:
+        """A larger untimed grid for `--scenarios exhaustive`, where the task has one."""
+        return self.correctness_grid()
+
     def quick_ids(self) -> list[str]:
         raise NotImplementedError
 
@@ -77,10 +81,11 @@ class Task:
         raise NotImplementedError
 
     def scenarios(self, selection: str = "full", specs: tuple[str, ...] = ()) -> list[Scenario]:
-        """The correctness grid (always) plus the selected timed scenarios and any ad-hoc specs."""
+        """The correctness grid (always; the exhaustive one for `exhaustive`, with the full timed set) plus
+        the selected timed scenarios and any ad-hoc specs."""
         timed = {s.id: s for s in self.timed_grid()}
-        untimed = {s.id: s for s in self.correctness_grid()}
-        if selection == "full":
+        untimed = {s.id: s for s in (self.exhaustive_grid() if selection == "exhaustive" else self.correctness_grid())}
+        if selection in ("full", "exhaustive"):
             chosen = list(timed.values())
         elif selection == "quick":
             chosen = [timed[i] for i in self.quick_ids()]
