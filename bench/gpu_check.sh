@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
-#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full]   (default: env tests bench)
+#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]   (default: env tests bench)
 # fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed).
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
@@ -55,7 +55,7 @@ for stage in $stages; do
       $PY bench/bench_shards.py --out "$OUT" > "$OUT/shards.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/shards.txt" | sed 's/^BENCH //')
       ;;
-    quick|full)
+    quick|full|exhaustive)
       for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do
         n=$(basename "$k" .cu)
         t0=$(date +%s%3N)
