@@ -164,19 +164,23 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
 
 def _cmd_run(argv: Sequence[str], prog: str) -> int:
     args = _run_parser(prog).parse_args(argv)
-    if not args.headless:
-        # What start-up makes (modules, the session, the panes) lives as long as the app, so collecting
-        # before the first frame only walks it (two or three full collections, 0.1-0.15 s on a 2-core
-        # machine): the app turns collection back on once that frame is out.
-        gc.disable()
-    session = prepare_session(args, headless=args.headless)
     if args.headless:
         from kstui.headless import run_headless
 
-        return asyncio.run(run_headless(session))
-    from kstui.app import run_session_app
+        return asyncio.run(run_headless(prepare_session(args, headless=True)))
+    # What start-up makes (modules, the session, the panes) lives as long as the app, so collecting
+    # before the first frame only walks it (two or three full collections, 0.1-0.15 s on a 2-core
+    # machine): the app turns collection back on once that frame is out.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        session = prepare_session(args, headless=False)
+        from kstui.app import run_session_app
 
-    return run_session_app(session, gc_held=True)
+        return run_session_app(session, gc_held=collecting)
+    finally:
+        if collecting:  # bad input, or an app that ended before its first frame
+            gc.enable()
 
 
 def _cmd_log(argv: Sequence[str]) -> int:

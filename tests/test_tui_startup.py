@@ -142,3 +142,12 @@ def test_kstui_file_holds_collection_until_the_app_takes_over(kernel, monkeypatc
     finally:
         gc.enable()
     assert seen == {"enabled": False, "gc_held": True}
+
+
+def test_bad_input_to_kstui_file_leaves_collection_on(tmp_path):
+    import gc
+
+    from kstui import cli
+
+    assert cli.main([str(tmp_path / "missing.cu")]) == 2
+    assert gc.isenabled()
