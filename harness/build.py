@@ -6,6 +6,7 @@ dir, so a local header beside it can neither be found nor change the result with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -79,8 +80,25 @@ def find_nvcc(explicit: str | None = None) -> str:
     raise BuildInputError("nvcc not found: put it on PATH, or set KSTUI_NVCC or CUDA_HOME")
 
 
+def _stamp(path: str) -> tuple[str, int, int]:
+    """A tool's identity for a per-process memo: an upgraded or replaced binary is asked again."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, 0, 0)
+    return (path, st.st_mtime_ns, st.st_size)
+
+
 def nvcc_version(nvcc: str) -> str:
-    """nvcc's version, e.g. 'V13.0.88 cuda_13.0.r13.0/compiler.36424714_0' (part of the cache key)."""
+    """nvcc's version, e.g. 'V13.0.88 cuda_13.0.r13.0/compiler.36424714_0' (part of the cache key).
+
+    Asked once per nvcc binary and process: a serving harness builds and checks every request."""
+    return _nvcc_version(_stamp(nvcc))
+
+
+@functools.lru_cache(maxsize=8)
+def _nvcc_version(stamp: tuple[str, int, int]) -> str:
+    nvcc = stamp[0]
     try:
         proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -97,14 +115,23 @@ def nvcc_version(nvcc: str) -> str:
     return f"V{release.group(1)}" + (f" {build_id.group(1)}" if build_id else "")
 
 
+_ARCHS: dict[tuple[str, int, int], str] = {}  # per nvidia-smi binary: a call costs tens of ms
+
+
 def detect_arch() -> str:
-    """$KSTUI_ARCH, else the first GPU's compute capability (9.0 -> sm_90a), else sm_90a."""
+    """$KSTUI_ARCH, else the first GPU's compute capability (9.0 -> sm_90a), else sm_90a.
+
+    A GPU's answer is kept for the process (a serving harness builds and checks every request); a
+    failed query is not, so it is asked again next time."""
     env = os.environ.get("KSTUI_ARCH")
     if env:
         return valid_arch(env.strip())
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return "sm_90a"
+    stamp = _stamp(smi)
+    if stamp in _ARCHS:
+        return _ARCHS[stamp]
     try:
         proc = subprocess.run(
             [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
@@ -114,7 +141,8 @@ def detect_arch() -> str:
     match = re.match(r"\s*(\d+)\.(\d+)", proc.stdout) if proc.returncode == 0 else None
     if match is None:
         return "sm_90a"
-    return arch_from_compute_cap(int(match.group(1)), int(match.group(2)))
+    _ARCHS[stamp] = arch_from_compute_cap(int(match.group(1)), int(match.group(2)))
+    return _ARCHS[stamp]
 
 
 def arch_from_compute_cap(major: int, minor: int) -> str:

@@ -487,3 +487,22 @@ def test_cap_log_keeps_head_and_tail():
     assert capped.startswith("first line") and capped.endswith("last line")
     assert "omitted" in capped
     assert cap_log("short") == "short"
+
+
+def test_the_gpu_and_nvcc_are_asked_once_per_process(tmp_path, monkeypatch):
+    """A serving harness builds and checks every request: the tools' answers are kept while the
+    binaries stay the same, and a failed query is asked again."""
+    log = tmp_path / "calls"
+    monkeypatch.delenv("KSTUI_ARCH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    smi = _executable(tmp_path / "nvidia-smi", f"#!/bin/sh\necho smi >> {log}\nexit 3\n")
+    assert detect_arch() == "sm_90a" and detect_arch() == "sm_90a"
+    assert log.read_text().count("smi") == 2  # a failure is not kept
+    _executable(smi, f"#!/bin/sh\necho smi >> {log}\necho 8.6\n")
+    assert [detect_arch() for _ in range(3)] == ["sm_86"] * 3
+    assert log.read_text().count("smi") == 3
+    nvcc = _executable(tmp_path / "nvcc", f"#!/bin/sh\necho nvcc >> {log}\necho 'Cuda compilation tools, V13.0.88'\n")
+    assert nvcc_version(str(nvcc)) == nvcc_version(str(nvcc)) == "V13.0.88"
+    assert log.read_text().count("nvcc") == 1
+    _executable(nvcc, f"#!/bin/sh\necho nvcc >> {log}\necho 'Cuda compilation tools, release 13.1, V13.1.2'\n")
+    assert nvcc_version(str(nvcc)) == "V13.1.2"  # an upgraded nvcc is asked again
