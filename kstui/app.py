@@ -1,7 +1,8 @@
 """The Textual App: one view of a Session (or of a trace, or of a kernel's history with no session).
 
 The Session runs on the app's own event loop, in a Textual worker; its events are forwarded to the
-main screen as messages in the order they were emitted. No threads.
+main screen as messages in the order they were emitted. Apart from the file watchers' observers, the one
+thread is the session's import of the agent's SDK, begun once the first frame is out.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class KstuiApp(App[int]):
         self._stopping = False
         self._pending_delta: ev.TextDelta | ev.ThinkingDelta | None = None
         self._delta_timer: Timer | None = None
+        self._first_frame = asyncio.Event()
 
     def on_mount(self) -> None:
         if self.main is None:
@@ -86,6 +88,11 @@ class KstuiApp(App[int]):
         if self.session is not None:
             self.session.subscribe(self.forward)
             self.session.shell_confirmer = self.confirm_shell
+            # The session starts now (started once the first frame was out, it left that frame without
+            # the status line for 60-90 ms), but its agent's SDK is imported only after the first frame:
+            # on a thread, the import (about 2 s) still holds the GIL for most of it, and begun now it
+            # made that frame come about half as late again.
+            self.session.agent_after = self._first_frame
             self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     def on_ready(self) -> None:
@@ -95,8 +102,14 @@ class KstuiApp(App[int]):
         gc.freeze()
         if self._gc_held:
             gc.enable()
+        self.call_after_refresh(self._first_frame_out)
+
+    def _first_frame_out(self) -> None:
+        # Ready comes with the first layout, before that frame is painted; this runs once it has been.
+        self._first_frame.set()
 
     def on_unmount(self) -> None:
+        self._first_frame.set()  # an app that stops before its first frame leaves nothing waiting
         gc.unfreeze()  # what was frozen and has died since can be collected again
 
     async def confirm_shell(self, command: str) -> bool:

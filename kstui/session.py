@@ -66,6 +66,8 @@ _DELTA_FLUSH_S = 0.25
 _DELTA_FLUSH_CHARS = 4096
 _MAX_FAILURES_LISTED = 5
 _KERNEL_WRITERS = frozenset({"edit_file", "write_file", "bash"})
+# The longest `_make_agent` waits for `agent_after` (a view's first frame) before importing the SDK anyway.
+AGENT_AFTER_MAX_WAIT_S = 5.0
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
 
 
@@ -283,6 +285,9 @@ class Session:
         self._usage_now: dict[str, Usage] = {}
         self._usage_before: dict[str, float] = {}
         self._agent_pending = False  # build(): the agent is made when run() starts
+        # Set by a view that draws on this loop: the SDK's import waits for it (its first frame), at most
+        # AGENT_AFTER_MAX_WAIT_S. None (headless): the agent is made at once.
+        self.agent_after: asyncio.Event | None = None
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -297,6 +302,14 @@ class Session:
         return session
 
     async def _make_agent(self) -> None:
+        if self.agent_after is not None and not self.agent_after.is_set():
+            # The import holds the GIL for most of its 2 s: begun with the view's first frame still to draw,
+            # it would slow that frame down by about half. Waited for with a limit: a view that never sets it
+            # delays the agent, never stops it.
+            try:
+                await asyncio.wait_for(self.agent_after.wait(), AGENT_AFTER_MAX_WAIT_S)
+            except asyncio.TimeoutError:
+                pass
         # On a thread, so that a view on this loop stays responsive while the SDK is imported.
         agent_module = await asyncio.to_thread(importlib.import_module, "kstui.agent")
         from kstui.prompts import system_prompt

@@ -71,6 +71,67 @@ print(json.dumps({{"sdk": "anthropic" in sys.modules, "agent_module": "kstui.age
     assert result == {"sdk": False, "agent_module": False, "manual": False}
 
 
+def test_the_agents_sdk_is_imported_once_the_first_frame_is_out(kernel):
+    # Imported on a thread, the SDK (about 2 s) still holds the GIL for most of it: begun at mount, it
+    # made the first frame of kstui FILE with the agent on come about half as late again.
+    code = f"""
+import asyncio, json, sys, time
+from pathlib import Path
+from kstui.app import KstuiApp
+from kstui.cli import _run_parser, prepare_session
+
+session = prepare_session(_run_parser("kstui").parse_args([{str(kernel)!r}]), headless=False)
+seen = {{}}
+on_ready = KstuiApp.on_ready
+
+def recording(self):
+    seen["sdk_at_first_frame"] = "kstui.agent" in sys.modules or "anthropic" in sys.modules
+    on_ready(self)
+
+KstuiApp.on_ready = recording
+
+async def main():
+    app = KstuiApp(kernel=session.config.kernel, session=session, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        deadline = time.monotonic() + 60
+        while session.agent is None and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        seen["agent"] = type(session.agent).__name__
+        seen["mode"] = session.state.mode
+        await session.stop()
+
+asyncio.run(main())
+print(json.dumps(seen))
+"""
+    result = fresh_python(code, ANTHROPIC_API_KEY="sk-test-not-a-key", ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    assert result == {"sdk_at_first_frame": False, "agent": "Agent", "mode": "agent"}
+
+
+async def test_an_agent_whose_view_never_draws_is_made_all_the_same(kernel, monkeypatch):
+    import asyncio
+
+    from kstui import session as session_module
+    from kstui.config import SessionConfig
+    from kstui.session import Session
+
+    from fakes import FakeExecutor  # noqa: E402
+
+    config = SessionConfig(kernel=kernel, workspace=kernel.parent, api_key="sk-test-not-a-key",
+                           base_url="http://127.0.0.1:9")
+    headless = Session.build(config, FakeExecutor())
+    assert headless.agent_after is None  # nothing to wait for without a view
+    await headless._make_agent()
+    assert headless.agent is not None
+
+    monkeypatch.setattr(session_module, "AGENT_AFTER_MAX_WAIT_S", 0.05)
+    viewed = Session.build(config, FakeExecutor())
+    viewed.agent_after = asyncio.Event()  # a view that never sets it
+    await asyncio.wait_for(viewed._make_agent(), 30)
+    assert viewed.agent is not None
+    for made in (headless, viewed):
+        await made.agent.close()
+
+
 async def test_a_divider_move_does_not_render_the_middle_columns_own_blank_lines(kernel, monkeypatch):
     from textual._styles_cache import StylesCache
 
