@@ -401,7 +401,7 @@ def cache_key(source_bytes: bytes, source_name: str, flags: Sequence[str], versi
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -413,7 +413,7 @@ def _load_entry(entry: Path) -> BuildReport | None:
     """The saved report of a complete, intact entry; None for a missing, partial or corrupt one."""
     try:
         saved = json.loads((entry / REPORT_NAME).read_text())
-        if saved.get("library_sha256") != _file_sha256(entry / LIBRARY_NAME):
+        if saved.get("library_sha256") != file_sha256(entry / LIBRARY_NAME):
             return None
         report = dict(saved["report"])
         report["errors"] = [CompileError(**e) for e in report.get("errors", [])]
@@ -438,7 +438,7 @@ def _store(cache_dir: Path, entry: Path, library: Path, report: BuildReport) -> 
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     try:
         shutil.copyfile(library, staging / LIBRARY_NAME)
-        saved = {"library_sha256": _file_sha256(staging / LIBRARY_NAME), "report": asdict(report)}
+        saved = {"library_sha256": file_sha256(staging / LIBRARY_NAME), "report": asdict(report)}
         (staging / REPORT_NAME).write_text(json.dumps(saved))
         try:
             os.rename(staging, entry)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness import build as build_module
 from harness import checks as checks_module
-from harness.build import BuildInputError, BuildOptions, default_cache_dir, find_nvcc, nvcc_version
+from harness.build import BuildInputError, BuildOptions, default_cache_dir, file_sha256, find_nvcc, nvcc_version
 from harness.result import Check
 
 
@@ -30,14 +30,6 @@ def _code_hash() -> str:
     digest = hashlib.sha256()
     for module in (checks_module, build_module):
         digest.update(Path(module.__file__).read_bytes())
-    return digest.hexdigest()
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -79,5 +71,5 @@ def source_checks(source: Path, options: BuildOptions, source_bytes: bytes) -> l
 
 def binary_checks(library: Path, entry_symbols: Sequence[str], options: BuildOptions) -> list[Check]:
     """checks.binary_checks, kept per (library bytes, entry symbols, checking code)."""
-    parts = {"kind": "binary", "library": _digest(library), "entry": list(entry_symbols)}
+    parts = {"kind": "binary", "library": file_sha256(library), "entry": list(entry_symbols)}
     return _memo(options, parts, lambda: checks_module.binary_checks(library, entry_symbols))
