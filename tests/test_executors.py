@@ -137,9 +137,9 @@ async def test_timeout_kills_the_whole_process_group(kernel: Path, tmp_path: Pat
     pids = tmp_path / "pids"
     py = fake_python(tmp_path / "slow", _sleeper(pids))
     start = time.monotonic()
-    with pytest.raises(ExecutorError, match=r"timed out after 1\.5 s"):
-        await LocalExecutor(python=str(py), timeout_s=1.5).evaluate(kernel)
-    assert time.monotonic() - start < 6
+    with pytest.raises(ExecutorError, match=r"timed out after 3 s"):
+        await LocalExecutor(python=str(py), timeout_s=3).evaluate(kernel)
+    assert time.monotonic() - start < 8
     for pid in await _wait_for(pids):
         assert not _alive(pid)
 
