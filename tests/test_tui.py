@@ -93,6 +93,57 @@ async def test_source_marks_changed_lines_and_reloads_on_atomic_save(kernel):
         assert changed_line in source.state.changed
 
 
+async def test_source_keeps_its_line_numbers_in_view_and_a_mouse_selection_copies_code_only(kernel):
+    wide = KERNEL + "".join(f"// {'x' * 150} column end {i}\n" for i in range(3))
+    kernel.write_text(wide)
+    app = KstuiApp(kernel=kernel, baseline=KERNEL, watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        source = app.main.source
+        await pilot.pause()
+        assert source.border_title == "flash_fwd.cu · 3 changed"
+        assert source.render_line(6).text.startswith("❱ 7 // xxx")  # a changed line is marked
+        source.scroll_to(x=source.max_scroll_x, animate=False, immediate=True)
+        await pilot.pause()
+        line = source.render_line(6).text
+        assert line.startswith("❱ 7 ") and "column end 0" in line  # scrolled sideways under the gutter
+        assert source.render_line(0).text.startswith("  1 ")
+        source.scroll_to(x=0, animate=False, immediate=True)
+        await pilot.pause()
+        # Drag over "__global__ void" on line 3: one cell of border and four of gutter to its left.
+        await pilot.mouse_down(source, offset=(5, 3))
+        await pilot.hover(source, offset=(19, 3))
+        await pilot.mouse_up(source, offset=(19, 3))
+        await pilot.pause()
+        assert app.screen.get_selected_text() == "__global__ void"
+
+
+async def test_a_layout_that_changes_nothing_leaves_the_scrollbars_of_the_source_and_table_alone(kernel, monkeypatch):
+    from textual.scrollbar import ScrollBar
+
+    kernel.write_text(KERNEL + "".join(f"// line {i}\n" for i in range(200)))
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        source, table = app.main.source, app.main.speedup.query_one("#scenarios")
+        assert source.show_vertical_scrollbar
+        refreshed: list[ScrollBar] = []
+        original = ScrollBar.refresh
+
+        def recording(self, *args, **kwargs):
+            refreshed.append(self)
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(ScrollBar, "refresh", recording)
+        for _ in range(5):  # what a streamed paragraph does: the screen lays out again
+            app.screen.refresh(layout=True)
+            await pilot.pause()
+        assert not [bar for bar in refreshed if bar.parent in (source, table)]
+        kernel.write_text(KERNEL)  # shorter than the pane: its scrollbar goes
+        source.reload()
+        await pilot.pause()
+        assert not source.show_vertical_scrollbar
+
+
 async def test_source_burst_of_writes_is_one_reload(kernel):
     app = KstuiApp(kernel=kernel)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -132,31 +132,30 @@ async def test_an_agent_whose_view_never_draws_is_made_all_the_same(kernel, monk
         await made.agent.close()
 
 
-async def test_the_source_pane_lexes_and_renders_the_kernel_once_before_the_first_frame(kernel, monkeypatch):
-    from rich.syntax import Syntax
+async def test_the_first_frame_lexes_and_renders_only_the_source_lines_on_screen(kernel, monkeypatch):
+    from rich.text import Text
 
-    kernel.write_text("\n".join(f"  int x{i} = {i};  // line {i}" for i in range(300)) + "\n")
-    calls = {"highlight": 0, "render": 0}
-    highlight, render = Syntax.highlight, Syntax._get_syntax
-
-    def counting_highlight(self, *args, **kwargs):
-        calls["highlight"] += 1
-        return highlight(self, *args, **kwargs)
+    kernel.write_text("\n".join(f"  int x{i} = {i};  // line {i}" for i in range(3000)) + "\n")
+    rendered: list[str] = []
+    render = Text.render
 
     def counting_render(self, *args, **kwargs):
-        calls["render"] += 1
+        rendered.append(self.plain)
         return render(self, *args, **kwargs)
 
-    monkeypatch.setattr(Syntax, "highlight", counting_highlight)
-    monkeypatch.setattr(Syntax, "_get_syntax", counting_render)
+    monkeypatch.setattr(Text, "render", counting_render)
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
-        first = dict(calls)
-        assert "line 12" in app.main.source.query_one("#code").render_line(12).text
-    # Textual asks the pane's content for its height and for its lines, and lays out more than once: a
-    # plain Syntax lexed and rendered the kernel each time, three times here (in a terminal, three and six).
-    assert first == {"highlight": 1, "render": 1}
+        source = app.main.source
+        code_lines = [t for t in rendered if "// line" in t]
+        # Lexed no further than the screen, each line on it rendered once, however often Textual laid out.
+        assert source.code.lexed < 80 and len(code_lines) == len(set(code_lines)) < 40
+        assert "// line 12" in source.render_line(12).text
+        source.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        assert "// line 2999" in source.render_line(source.size.height - 1).text
+        assert source.code.lexed == 3000
 
 
 async def test_a_divider_move_does_not_render_the_middle_columns_own_blank_lines(kernel, monkeypatch):

@@ -120,7 +120,6 @@ class MainScreen(Screen):
         yield self.footer
 
     def on_mount(self) -> None:
-        self.source.border_title = self.kernel.name
         self.transcript.border_title = "transcript"
         self.speedup.border_title = "speedup"
         self.queue.display = False

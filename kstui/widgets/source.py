@@ -7,21 +7,24 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.segment import Segment, Segments
-from rich.syntax import Syntax
-from rich.text import Text
-from textual.containers import ScrollableContainer
+from rich.segment import Segment
+from rich.style import Style
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.selection import Selection
+from textual.strip import Strip
 from textual.timer import Timer
 
 from kstui import events as ev
 from kstui.watcher import FileWatcher
-from kstui.widgets.fit import FitStatic
+from kstui.widgets.highlight import HighlightedLines
+from kstui.widgets.steady import SteadyScrollbars
 
 # Writes arrive in bursts (an editor's temp file + rename, the agent's several edits): wait this long
 # after the last one before reading, well inside the half second the pane promises.
 COALESCE_S = 0.12
 EDIT_TOOLS = {"edit_file", "write_file", "bash"}
+CHANGED_POINTER = Style(color="red")  # as rich's Syntax marks a highlighted line
 
 
 def changed_lines(baseline: str | None, text: str) -> set[int]:
@@ -65,43 +68,10 @@ class SourceState:
         self.changed = changed_lines(text, self.text)
 
 
-class HighlightedCode(Syntax):
-    """A Syntax that lexes its code once and keeps what it rendered at each width.
-
-    Textual renders a widget's Rich renderable once to find its height and again to paint it, and lays
-    the screen out more than once before the first frame: a plain Syntax lexed and rendered the kernel
-    each time, three times before kstui's first frame (a 300-line kernel: about 40 ms to lex, 30 more to
-    render, on the 2-core development container)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._highlighted: dict[tuple[str, tuple[int | None, int | None] | None], Text] = {}
-        self._rendered: dict[tuple, list[Segment]] = {}
-
-    def highlight(self, code: str, line_range: tuple[int | None, int | None] | None = None) -> Text:
-        key = (code, line_range)
-        text = self._highlighted.get(key)
-        if text is None:
-            text = self._highlighted[key] = super().highlight(code, line_range)
-        return text.copy()
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        # What Syntax's output depends on, other than itself (which never changes: a new text is a new object).
-        key = (options.max_width, options.no_wrap, options.legacy_windows, options.ascii_only,
-               console.color_system)
-        segments = self._rendered.get(key)
-        if segments is None:
-            segments = [segment for renderable in super().__rich_console__(console, options)
-                        for segment in console.render(renderable, options)]
-            if len(self._rendered) >= 8:
-                self._rendered.clear()
-            self._rendered[key] = segments
-        yield Segments(segments)
-
-
-class SourcePane(ScrollableContainer, can_focus=True):
-    """Scrollable highlighted source; scroll position survives reloads because the code widget is updated
-    in place rather than replaced."""
+class SourcePane(SteadyScrollbars, can_focus=True):
+    """Scrollable highlighted source, drawn line by line (the Line API): a frame renders the lines on
+    screen and no others, so the first frame, a scroll and a divider move cost the same for a kernel of
+    any length. The scroll position survives reloads, since a reload only swaps the lines."""
 
     def __init__(self, path: Path, *, baseline: str | None = None, watch: bool = True, follow_disk: bool = True,
                  **kwargs) -> None:
@@ -111,14 +81,17 @@ class SourcePane(ScrollableContainer, can_focus=True):
         self._follow_disk = follow_disk  # False in a replay: the file on disk is not the recorded one
         self._watcher: FileWatcher | None = None
         self._timer: Timer | None = None
-        self._code = FitStatic(id="code")
-
-    def compose(self):
-        yield self._code
+        self.code = HighlightedLines("")
+        self._gutter = 4
+        self._number_styles = self.code.number_styles()
+        # Until the text or its marks change: each line's code, uncropped, and the lines as drawn at a
+        # scroll offset and width (a divider move back to a width seen before draws nothing again).
+        self._code: dict[int, Strip] = {}
+        self._strips: LRUCache[tuple[int, int, int], Strip] = LRUCache(1024)
 
     def on_mount(self) -> None:
         self.state.read()
-        self._render_code()
+        self._show_text()
         if self._watch:
             self._watcher = FileWatcher(self.state.path, self.reload, settle_s=COALESCE_S)
             self._watcher.start()
@@ -139,17 +112,18 @@ class SourcePane(ScrollableContainer, can_focus=True):
             self._timer.stop()
             self._timer = None
         if self.state.read():
-            self._render_code()
+            self._show_text()
         self._update_title()
 
     def set_baseline(self, text: str | None) -> None:
         self.state.set_baseline(text)
-        self._render_code()
+        self._show_marks()
 
     def show_version(self, text: str) -> None:
         """Show a given version (a replay's accepted commit) as the new baseline."""
         self.state.text = text
-        self.set_baseline(text)
+        self.state.set_baseline(text)
+        self._show_text()
 
     def apply_event(self, event: ev.Event) -> None:
         if not self._follow_disk:
@@ -169,16 +143,60 @@ class SourcePane(ScrollableContainer, can_focus=True):
         self.border_title = f"{self.state.path.name}{note}"
         self.border_subtitle = self.state.error or ""
 
-    def _render_code(self) -> None:
-        self._code.update(
-            HighlightedCode(
-                self.state.text,
-                "cuda",
-                line_numbers=True,
-                highlight_lines=self.state.changed,
-                theme="monokai",
-                word_wrap=False,
-                indent_guides=False,
-            )
-        )
+    def _show_text(self) -> None:
+        self.code = HighlightedLines(self.state.text)
+        self._code.clear()
+        self._gutter = len(str(len(self.code.lines))) + 3  # the changed-line pointer, the number, a space
+        self._number_styles = self.code.number_styles()
+        self._show_marks()
+
+    def _show_marks(self) -> None:
+        self._strips.clear()
+        self.virtual_size = Size(self._gutter + self.code.width, len(self.code.lines))
         self._update_title()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        if index >= len(self.code.lines):
+            return Strip.blank(width, self.code.background)
+        selection = self.text_selection
+        key = (index, scroll_x, width)
+        if selection is None and (cached := self._strips.get(key)) is not None:
+            return cached
+        code = self._code_strip(index, selection)
+        # The gutter stays put while the code scrolls sideways under it; offsets (for a mouse
+        # selection) count from the code's first column.
+        code = code.crop_extend(scroll_x, scroll_x + max(0, width - self._gutter), self.code.background)
+        strip = Strip.join([self._gutter_strip(index), code.apply_offsets(scroll_x, index)]).crop(0, width)
+        if selection is None:
+            self._strips[key] = strip
+        return strip
+
+    def _gutter_strip(self, index: int) -> Strip:
+        number, changed_number = self._number_styles
+        column = str(index + 1).rjust(self._gutter - 3) + " "
+        if index + 1 in self.state.changed:
+            return Strip([Segment("❱ ", CHANGED_POINTER), Segment(column, changed_number)], self._gutter)
+        return Strip([Segment("  ", changed_number), Segment(column, number)], self._gutter)
+
+    def _code_strip(self, index: int, selection: Selection | None) -> Strip:
+        span = selection.get_span(index) if selection is not None else None
+        if span is None:
+            strip = self._code.get(index)
+            if strip is None:
+                strip = self._code[index] = Strip(self.code.line(index).render(self.app.console, end=""))
+            return strip
+        text = self.code.line(index).copy()
+        start, end = span
+        text.stylize(self.screen.get_component_rich_style("screen--selection"), start, len(text) if end == -1 else end)
+        return Strip(text.render(self.app.console, end=""))
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        return selection.extract("\n".join(self.code.lines)), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self._strips.clear()
+        self.refresh()

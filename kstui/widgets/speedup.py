@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 
 from kstui import events as ev
 from kstui.widgets.fit import FitStatic
+from kstui.widgets.steady import SteadyScrollbars
 from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
 from kstui.widgets.speedup_state import SpeedupState
 
@@ -29,7 +30,7 @@ def sort_key(value: Any) -> tuple[int, Any]:
     return (1, 0) if value is None else (0, value)
 
 
-class ScenarioTable(DataTable):
+class ScenarioTable(DataTable, SteadyScrollbars):
     """Per-scenario numbers of the latest evaluation; `s` cycles the sort column, `r` reverses."""
 
     BINDINGS = [
