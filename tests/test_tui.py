@@ -77,7 +77,8 @@ async def test_source_marks_changed_lines_and_reloads_on_atomic_save(kernel):
         long_kernel = KERNEL + "".join(f"// line {i}\n" for i in range(200))
         kernel.write_text(long_kernel)
         await until(pilot, lambda: "line 199" in source.state.text, timeout=2)
-        await until(pilot, lambda: source.max_scroll_y > 120)
+        # The pane scrolls once the layout after the reload has shown its scrollbar.
+        await until(pilot, lambda: source.max_scroll_y > 120 and source.allow_vertical_scroll)
         source.scroll_to(y=120, animate=False, immediate=True)
         await pilot.pause()
         scrolled = source.scroll_y
@@ -102,6 +103,7 @@ async def test_source_keeps_its_line_numbers_in_view_and_a_mouse_selection_copie
         await pilot.pause()
         assert source.border_title == "flash_fwd.cu · 3 changed"
         assert source.render_line(6).text.startswith("❱ 7 // xxx")  # a changed line is marked
+        await until(pilot, lambda: source.allow_horizontal_scroll)
         source.scroll_to(x=source.max_scroll_x, animate=False, immediate=True)
         await pilot.pause()
         line = source.render_line(6).text

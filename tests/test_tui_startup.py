@@ -152,6 +152,7 @@ async def test_the_first_frame_lexes_and_renders_only_the_source_lines_on_screen
         # Lexed no further than the screen, each line on it rendered once, however often Textual laid out.
         assert source.code.lexed < 80 and len(code_lines) == len(set(code_lines)) < 40
         assert "// line 12" in source.render_line(12).text
+        await until(pilot, lambda: source.allow_vertical_scroll)
         source.scroll_end(animate=False, immediate=True)
         await pilot.pause()
         assert "// line 2999" in source.render_line(source.size.height - 1).text
