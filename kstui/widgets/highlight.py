@@ -9,7 +9,6 @@ rest as it scrolls into view. Nothing here knows about Textual.
 
 from __future__ import annotations
 
-from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.token import Token
 from rich.cells import cell_len
@@ -29,8 +28,9 @@ class HighlightedLines:
         self.width = max((cell_len(line) for line in self.lines), default=0)
         self.theme: SyntaxTheme = Syntax.get_theme(theme)
         self.background = self.theme.get_background_style()
-        self._lexer: Lexer = get_lexer_by_name(language, stripnl=False, ensurenl=True, tabsize=TAB_SIZE)
-        self._tokens = self._lexer.get_tokens("\n".join(self.lines) + "\n")
+        self.number_styles = self._number_styles()
+        lexer = get_lexer_by_name(language, stripnl=False, ensurenl=True, tabsize=TAB_SIZE)
+        self._tokens = lexer.get_tokens("\n".join(self.lines) + "\n")
         self._styles: dict = {}
         self._done: list[Text] = []
         self._current = Text()
@@ -66,7 +66,7 @@ class HighlightedLines:
         if rest:
             self._current.append(rest, style)
 
-    def number_styles(self) -> tuple[Style, Style]:
+    def _number_styles(self) -> tuple[Style, Style]:
         """The gutter's style for a line number, and for the number of a changed line (as rich's Syntax)."""
         text = self.theme.get_style_for_token(Token.Text)
         fg, bg = text.color, self.background.bgcolor

@@ -82,11 +82,9 @@ class SourcePane(SteadyScrollbars, can_focus=True):
         self._watcher: FileWatcher | None = None
         self._timer: Timer | None = None
         self.code = HighlightedLines("")
-        self._gutter = 4
-        self._number_styles = self.code.number_styles()
         # Until the text or its marks change: each line's code, uncropped, and the lines as drawn at a
         # scroll offset and width (a divider move back to a width seen before draws nothing again).
-        self._code: dict[int, Strip] = {}
+        self._code_strips: dict[int, Strip] = {}
         self._strips: LRUCache[tuple[int, int, int], Strip] = LRUCache(1024)
 
     def on_mount(self) -> None:
@@ -145,10 +143,12 @@ class SourcePane(SteadyScrollbars, can_focus=True):
 
     def _show_text(self) -> None:
         self.code = HighlightedLines(self.state.text)
-        self._code.clear()
-        self._gutter = len(str(len(self.code.lines))) + 3  # the changed-line pointer, the number, a space
-        self._number_styles = self.code.number_styles()
+        self._code_strips.clear()
         self._show_marks()
+
+    @property
+    def _gutter(self) -> int:
+        return len(str(len(self.code.lines))) + 3  # the changed-line pointer, the number, a space
 
     def _show_marks(self) -> None:
         self._strips.clear()
@@ -176,7 +176,7 @@ class SourcePane(SteadyScrollbars, can_focus=True):
         return strip
 
     def _gutter_strip(self, index: int) -> Strip:
-        number, changed_number = self._number_styles
+        number, changed_number = self.code.number_styles
         column = str(index + 1).rjust(self._gutter - 3) + " "
         if index + 1 in self.state.changed:
             return Strip([Segment("❱ ", CHANGED_POINTER), Segment(column, changed_number)], self._gutter)
@@ -185,9 +185,9 @@ class SourcePane(SteadyScrollbars, can_focus=True):
     def _code_strip(self, index: int, selection: Selection | None) -> Strip:
         span = selection.get_span(index) if selection is not None else None
         if span is None:
-            strip = self._code.get(index)
+            strip = self._code_strips.get(index)
             if strip is None:
-                strip = self._code[index] = Strip(self.code.line(index).render(self.app.console, end=""))
+                strip = self._code_strips[index] = Strip(self.code.line(index).render(self.app.console, end=""))
             return strip
         text = self.code.line(index).copy()
         start, end = span

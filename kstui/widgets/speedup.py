@@ -30,7 +30,7 @@ def sort_key(value: Any) -> tuple[int, Any]:
     return (1, 0) if value is None else (0, value)
 
 
-class ScenarioTable(DataTable, SteadyScrollbars):
+class ScenarioTable(DataTable, SteadyScrollbars):  # DataTable first: Textual takes CSS and components from it
     """Per-scenario numbers of the latest evaluation; `s` cycles the sort column, `r` reverses."""
 
     BINDINGS = [
