@@ -148,12 +148,15 @@ def chunked(q, k, v, scale: float, causal: bool, lowp: bool) -> tuple["torch.Ten
         row_max = s.amax(dim=-1).float()
         p = torch.softmax(s, dim=-1, dtype=torch.float32)
         del s
+        empty = min(c, max(0, -offset - i0)) if causal else 0  # leading rows of the chunk that see no key
+        if empty:
+            # Softmax of a row of -inf is NaN. Zeroed before P·V, not after: a CPU bf16 matmul (torch
+            # 2.13, oneDNN) let a NaN row spill into the row beside it.
+            p.view(b, hkv, g, c, n)[:, :, :, :empty] = 0
         lse_c = row_max - torch.log(p.amax(dim=-1))
         out = torch.matmul(p.to(compute_dtype), vt[:, :, :n]).float()  # [B, Hkv, G*c, D]
         del p
-        empty = min(c, max(0, -offset - i0))  # leading rows of the chunk that see no key
-        if causal and empty:
-            out.view(b, hkv, g, c, d)[:, :, :, :empty] = 0  # softmax of a row of -inf is NaN
+        if empty:
             lse_c.view(b, hkv, g, c)[:, :, :, :empty] = float("-inf")
         o[:, i0:i1] = out.reshape(b, hkv, g, c, d).permute(0, 3, 1, 2, 4).reshape(b, c, hq, d)
         lse[:, :, i0:i1] = lse_c.reshape(b, hq, c)
