@@ -173,7 +173,11 @@ def measure_peaks(device: torch.device) -> dict[str, float]:
     """Measured ceilings: bf16 tensor-core rate (8192³ product on random data) and memory bandwidth,
     the better of a copy and a read-only sum. A read-dominated kernel (decode over a long KV cache)
     streams faster than a copy does: cuDNN read at 110% of the copy's rate on the H200, which a floor
-    taken from the copy alone called impossible (docs/BENCHMARKS.md)."""
+    taken from the copy alone called impossible (docs/BENCHMARKS.md). Each timed call starts behind
+    another, so the events hold the kernel alone, not its launch: timed from an idle GPU, a 1 GiB sum
+    read at 4.07-4.12 TB/s on the H200 while sums of 0.25, 1 and 4 GiB (3.47, 4.13, 4.31 TB/s) fit
+    about 4.4 TB/s behind a fixed ~15 µs, and cuDNN's decode over s=16384 read at 4.50 TB/s, 0.4%
+    from the floor (docs/BENCHMARKS.md, 2026-12-04)."""
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
@@ -187,6 +191,7 @@ def measure_peaks(device: torch.device) -> dict[str, float]:
         times = []
         for _ in range(reps):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            fn()  # keeps the GPU busy while the timed call is enqueued: no launch latency inside the events
             s.record()
             fn()
             e.record()

@@ -50,8 +50,24 @@ def test_the_exhaustive_grid_is_the_whole_cross_product():
     assert all(s.params["b"] <= 9 for s in every)  # small batch
     chosen = TASK.scenarios("exhaustive")
     assert [s for s in chosen if s.timed] == TASK.timed_grid()
-    assert len([s for s in chosen if not s.timed]) == len(every)
+    timed_ids = {s.id for s in TASK.timed_grid()}
+    assert [s for s in chosen if not s.timed] == [s for s in every if s.id not in timed_ids]
     assert len(TASK.scenarios("full")) == len(check) + 180
+
+
+def test_a_scenario_in_both_grids_runs_once_timed():
+    # The cross product holds timed row I (bf16-d128-b9-h6x6-s1x1): on the H200 it ran twice under one
+    # id, and the exhaustive run reported 181/181 timed and 1214/1214 untimed.
+    for selection in ("quick", "full", "exhaustive"):
+        ids = [s.id for s in TASK.scenarios(selection)]
+        assert len(ids) == len(set(ids)), selection
+    chosen = TASK.scenarios("exhaustive")
+    assert len(chosen) == 1394 and sum(s.timed for s in chosen) == 180
+    assert [s.timed for s in chosen if s.id == "bf16-d128-b9-h6x6-s1x1"] == [True]
+    check = next(s for s in TASK.correctness_grid() if not s.params["hot"])
+    spec = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in check.params.items()
+                    if k in ("dtype", "d", "b", "hq", "hkv", "sq", "sk", "causal"))
+    assert [s.timed for s in TASK.scenarios("none", (spec,)) if s.id == check.id] == [True]
 
 
 def test_exact_flops_of_the_fa3_causal_shape():

@@ -103,7 +103,10 @@ class Task:
         extra = [self.parse_spec(spec) for spec in specs]
         seen = {s.id for s in chosen}
         chosen += [s for s in extra if s.id not in seen]
-        return list(untimed.values()) + chosen
+        # A timed scenario is checked too: one that the untimed grid also holds runs once, timed (the
+        # exhaustive cross product holds a timed row, which ran twice under one id and was counted twice).
+        seen = {s.id for s in chosen}
+        return [s for s in untimed.values() if s.id not in seen] + chosen
 
     # --- worker side (torch) ---
     def make_inputs(self, s: Scenario, gen: "torch.Generator", device: "torch.device") -> dict[str, "torch.Tensor"]:
