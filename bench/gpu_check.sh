@@ -2,7 +2,8 @@
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
 #   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]   (default: env tests bench)
-# fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed).
+# fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed);
+# 15 s pauses: after 8 s the prepared worker was still warming up (3-4 s of worker wait, 2026-12-04).
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -40,7 +41,7 @@ for stage in $stages; do
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
       ;;
     fast)
-      $PY bench/bench_warm.py --out "$OUT/fast" --full --pause 8 --stand-in cudnn > "$OUT/fast.txt" 2>&1
+      $PY bench/bench_warm.py --out "$OUT/fast" --full --pause 15 --stand-in cudnn > "$OUT/fast.txt" 2>&1
       while IFS= read -r line; do table+=("cuDNN stand-in: $line"); done < <(grep '^BENCH ' "$OUT/fast.txt" | sed 's/^BENCH //')
       ;;
     profile)
