@@ -174,10 +174,11 @@ def measure_peaks(device: torch.device) -> dict[str, float]:
     the better of a copy and a read-only sum. A read-dominated kernel (decode over a long KV cache)
     streams faster than a copy does: cuDNN read at 110% of the copy's rate on the H200, which a floor
     taken from the copy alone called impossible (docs/BENCHMARKS.md). Each timed call starts behind
-    another, so the events hold the kernel alone, not its launch: timed from an idle GPU, a 1 GiB sum
-    read at 4.07-4.12 TB/s on the H200 while sums of 0.25, 1 and 4 GiB (3.47, 4.13, 4.31 TB/s) fit
-    about 4.4 TB/s behind a fixed ~15 µs, and cuDNN's decode over s=16384 read at 4.50 TB/s, 0.4%
-    from the floor (docs/BENCHMARKS.md, 2026-12-04)."""
+    another, so the events hold the kernel alone, not its launch: timed from an idle GPU, the 1 GiB sum
+    read at 4.02-4.12 TB/s on the H200 (sums of 0.25, 1 and 4 GiB: 3.47, 4.13, 4.31 TB/s, about 4.4
+    behind a fixed ~15 µs) and cuDNN's decode over s=16384 came within 0.4% of the floor; timed so,
+    copy 4.21-4.25 and sum 4.26-4.29 TB/s, and that decode is 4.3% above the floor (docs/BENCHMARKS.md,
+    2026-12-04)."""
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
