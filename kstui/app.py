@@ -15,12 +15,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.timer import Timer
 
 from kstui import events as ev
+from kstui.collector import IDLE_S, IdleCollector
 from kstui.screens.main import MainScreen
 from kstui.widgets.messages import SessionEvent
 from kstui.widgets.transcript import WINDOW
@@ -77,6 +79,7 @@ class KstuiApp(App[int]):
         self._pending_delta: ev.TextDelta | ev.ThinkingDelta | None = None
         self._delta_timer: Timer | None = None
         self._first_frame = asyncio.Event()
+        self.collector = IdleCollector()
 
     def on_mount(self) -> None:
         if self.main is None:
@@ -102,7 +105,14 @@ class KstuiApp(App[int]):
         gc.freeze()
         if self._gc_held:
             gc.enable()
+        self.collector.start()
+        self.set_interval(IDLE_S / 2, self.collector.tick, name="idle-collector")
         self.call_after_refresh(self._first_frame_out)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):
+            self.collector.input_seen()
+        await super().on_event(event)
 
     def _first_frame_out(self) -> None:
         # Ready comes with the first layout, before that frame is painted; this runs once it has been.
@@ -111,6 +121,7 @@ class KstuiApp(App[int]):
     def on_unmount(self) -> None:
         self._first_frame.set()  # an app that stops before its first frame leaves nothing waiting
         gc.unfreeze()  # what was frozen and has died since can be collected again
+        self.collector.stop()
 
     async def confirm_shell(self, command: str) -> bool:
         """--confirm-shell: the agent's bash command runs only if the person says yes."""

@@ -70,6 +70,16 @@ class StatusChanged(Event):
 
 @_register
 @dataclass
+class PauseChanged(Event):
+    """The human asked the agent to pause (paused=True) or to carry on. The status becomes "paused" only
+    once the session is held at a turn boundary: until then it says what the turn is still doing."""
+
+    type: ClassVar[str] = "pause_changed"
+    paused: bool
+
+
+@_register
+@dataclass
 class TurnStarted(Event):
     type: ClassVar[str] = "turn_started"
     turn: int

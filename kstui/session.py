@@ -32,6 +32,7 @@ from kstui.events import (
     ExternalEdit,
     LimitClaimed,
     Notice,
+    PauseChanged,
     QuestionAsked,
     QuestionQueued,
     QuestionSource,
@@ -458,14 +459,22 @@ class Session:
     # --- control --------------------------------------------------------------------------------
 
     def pause(self) -> None:
+        """Hold the agent at the next turn boundary. A turn in flight runs on (its status stays what it
+        is doing); a session waiting at the boundary is woken so that it shows "paused" at once."""
+        if self.state.paused:
+            return
         self._unpaused.clear()
         self.state.paused = True
-        self._status("paused")
+        self._emit(PauseChanged(paused=True))
+        self._wake.set()
 
     def resume(self) -> None:
+        if not self.state.paused:
+            return
         self.state.paused = False
         self._unpaused.set()
         self._wake.set()
+        self._emit(PauseChanged(paused=False))
 
     def interrupt(self) -> None:
         """Stop the model's stream in flight (the partial reply is kept); tools already running finish."""
@@ -488,6 +497,11 @@ class Session:
             except asyncio.TimeoutError:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+
+    @property
+    def evaluating(self) -> bool:
+        """An evaluation is in flight (the agent's, a save's in manual mode, or an earlier request's)."""
+        return self._eval_lock.locked()
 
     async def evaluate_now(self) -> None:
         """Evaluate the kernel as it is on disk, by the same rule (the human's request)."""

@@ -17,11 +17,14 @@ from kstui.events import (
     Accepted,
     ContextTrimmed,
     EvaluationFinished,
+    PauseChanged,
     QuestionAsked,
     Rewound,
     Stalled,
     StatusChanged,
     ToolCallFinished,
+    ToolCallStarted,
+    TurnFinished,
     TurnStarted,
 )
 from kstui.session import Session
@@ -83,6 +86,43 @@ async def test_pause_holds_the_next_turn_until_resume(tmp_path: Path) -> None:
         assert len(server.requests) == 1 and not task.done()
         session.resume()
         summary = await asyncio.wait_for(task, 30)
+    assert summary.reason == "agent finished" and len(server.requests) == 2
+
+
+async def test_a_pause_asked_mid_turn_shows_paused_only_once_the_turn_is_over(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    with MessagesServer([reply(tool_use("list_files", {})), reply(text("done"))]) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor())
+        log = EventLog()
+        session.subscribe(log)
+        session.subscribe(lambda e: session.pause() if isinstance(e, ToolCallStarted) else None)
+        task = asyncio.create_task(session.run())
+        await log.wait_for(StatusChanged, where=lambda e: e.status == "paused")
+        events = [e for e in log.events if isinstance(e, (PauseChanged, StatusChanged, TurnFinished))]
+        asked = next(i for i, e in enumerate(events) if isinstance(e, PauseChanged))
+        held = next(i for i, e in enumerate(events) if isinstance(e, StatusChanged) and e.status == "paused")
+        # The turn's own statuses carry on after the pause was asked; "paused" comes after its end.
+        assert events[asked].paused and events[asked + 1] == StatusChanged(status="tool", ts=events[asked + 1].ts)
+        assert any(isinstance(e, TurnFinished) for e in events[asked:held])
+        session.pause()  # a second request changes nothing
+        assert len(log.of(PauseChanged)) == 1
+        session.resume()
+        summary = await asyncio.wait_for(task, 30)
+    assert [e.paused for e in log.of(PauseChanged)] == [True, False]
+    assert summary.reason == "agent finished" and len(server.requests) == 2
+
+
+async def test_a_pause_taken_back_before_the_boundary_never_holds_the_agent(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    with MessagesServer([reply(tool_use("list_files", {})), reply(text("done"))]) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor())
+        log = EventLog()
+        session.subscribe(log)
+        session.subscribe(lambda e: session.pause() if isinstance(e, ToolCallStarted) else None)
+        session.subscribe(lambda e: session.resume() if isinstance(e, ToolCallFinished) else None)
+        summary = await asyncio.wait_for(session.run(), 30)
+    assert [e.paused for e in log.of(PauseChanged)] == [True, False]
+    assert "paused" not in [e.status for e in log.of(StatusChanged)]
     assert summary.reason == "agent finished" and len(server.requests) == 2
 
 

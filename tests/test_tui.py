@@ -159,7 +159,7 @@ async def test_source_burst_of_writes_is_one_reload(kernel):
 
 
 async def test_eleven_thousand_tool_calls_stay_windowed(kernel):
-    app = KstuiApp(kernel=kernel, watch=False, transcript_window=120)
+    app = KstuiApp(kernel=kernel, watch=False, transcript_window=60)
     async with app.run_test(size=(140, 40)) as pilot:
         transcript = app.main.transcript
         events: list[ev.Event] = []
@@ -168,19 +168,59 @@ async def test_eleven_thousand_tool_calls_stay_windowed(kernel):
             events.append(ev.ToolCallFinished(1, f"c{i}", "bash", f"{i}\n", seconds=0.01))
         await transcript.load(events)
         assert len(transcript.state.blocks) == 11_500
-        assert transcript.mounted_count == 120
+        assert transcript.mounted_count == 60
         # Live events keep the window size.
         app.main.post_message(SessionEvent(ev.ToolCallStarted(1, "last", "bash", {"command": "echo last"})))
         await until(pilot, lambda: len(transcript.state.blocks) == 11_501)
         await pilot.pause()
-        assert transcript.mounted_count == 120
+        assert transcript.mounted_count == 60
         earlier = transcript.query_one("#earlier")
-        assert "11,381 earlier" in str(earlier.label)
+        assert "11,441 earlier entries — show 40 more" in str(earlier.label)
         transcript.focus()
         await pilot.press("u")
-        await until(pilot, lambda: transcript.mounted_count == 120 + transcript.PAGE)
+        await until(pilot, lambda: transcript.mounted_count == 60 + transcript.PAGE)
         first = next(iter(transcript.query(FoldView)))
-        assert first.title.startswith(f"bash echo {11_381 - transcript.PAGE}")
+        assert first.title.startswith(f"bash echo {11_441 - transcript.PAGE}")
+
+
+def mounted_widgets(transcript) -> int:
+    """Blocks and what they hold (a reply's Markdown paragraphs), the "show earlier" button left out."""
+    return len(transcript.query("*")) - 1
+
+
+async def test_long_replies_are_windowed_by_the_widgets_they_hold(kernel):
+    from kstui.widgets.transcript import WIDGET_BUDGET
+
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        transcript = app.main.transcript
+        paragraphs = 30
+        events: list[ev.Event] = []
+        for turn in range(1, 11):
+            events.append(ev.TextDelta(turn, "\n\n".join(f"paragraph {turn}.{i}" for i in range(paragraphs))))
+            events.append(ev.ToolCallStarted(turn, f"c{turn}", "bash", {"command": "true"}))
+            events.append(ev.ToolCallFinished(turn, f"c{turn}", "bash", "", seconds=0.01))
+        await transcript.load(events)
+        await pilot.pause()
+        assert len(transcript.state.blocks) == 20
+        assert transcript.mounted_count < 20
+        # Within the budget, less at most what the oldest mounted block weighs.
+        assert WIDGET_BUDGET - (paragraphs + 1) < mounted_widgets(transcript) <= WIDGET_BUDGET
+        # A reply streamed live: once it is whole, the window gives back what it took.
+        for i in range(paragraphs):
+            app.forward(ev.TextDelta(11, f"live {i}\n\n"))
+        app.forward(ev.ToolCallStarted(11, "c11", "bash", {"command": "true"}))
+        await until(pilot, lambda: len(transcript.state.blocks) == 22)
+        await until(pilot, lambda: any(f"live {paragraphs - 1}" in str(w.source) for w in transcript.query("MarkdownParagraph")))
+        await pilot.pause()
+        assert mounted_widgets(transcript) <= WIDGET_BUDGET
+        # An earlier page is bounded by the same budget.
+        before = mounted_widgets(transcript)
+        transcript.focus()
+        await pilot.press("u")
+        await until(pilot, lambda: mounted_widgets(transcript) > before)
+        await pilot.pause()
+        assert mounted_widgets(transcript) - before <= WIDGET_BUDGET
 
 
 async def test_streamed_deltas_are_merged_per_frame_in_order(kernel):
@@ -391,6 +431,18 @@ async def test_the_app_freezes_its_startup_objects_and_thaws_them_on_exit(kernel
     assert gc.get_freeze_count() == 0
 
 
+async def test_the_app_leaves_full_collections_to_pauses_in_the_input_and_restores_python_after(kernel):
+    before = gc.get_threshold()
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        assert gc.get_threshold()[2] > before[2]
+        seen = app.collector.last_input
+        await pilot.press("right_square_bracket")
+        assert app.collector.last_input > seen
+    assert gc.get_threshold() == before
+
+
 async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel):
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
@@ -428,8 +480,8 @@ async def test_help_lists_the_keys_and_closes(kernel):
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        assert "| `q` | quit |" in app.screen.text and "| `?` | help |" in app.screen.text
-        assert "drag a divider" in app.screen.text
+        keys = dict(app.screen.keys)
+        assert keys["q"] == "quit" and keys["?"] == "help" and "mouse: drag a divider" in keys
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.main

@@ -278,6 +278,21 @@ async def test_manual_mode_says_how_to_enable_the_agent_and_e_evaluates(tmp_path
         await until(pilot, lambda: main.speedup.state.latest is not None)
 
 
+async def test_e_while_an_evaluation_runs_says_it_waits_and_then_runs(tmp_path):
+    executor = FakeExecutor(delay_s=1.0)
+    async with live(tmp_path, None, executor=executor) as (app, pilot, session, log):
+        main = app.main
+        await until(pilot, lambda: main.mode == "manual")
+        await pilot.press("e")
+        await until(pilot, lambda: session.evaluating)
+        assert not any("starts when it ends" in n.message for n in app._notifications)
+        await pilot.press("e")
+        await pilot.pause()
+        assert any("starts when it ends" in n.message for n in app._notifications)
+        await until(pilot, lambda: len(log.of(ev.EvaluationFinished)) == 2, timeout=10)
+        assert len(executor.calls) == 2
+
+
 async def test_executor_failure_is_a_notification_and_a_transcript_entry(tmp_path):
     script = [reply(tool_use("evaluate", {})), reply(text("The evaluation failed."))]
     async with live(tmp_path, script, kernel_extra="\n// fake: executor-error\n") as (app, pilot, session, log):
@@ -302,6 +317,31 @@ async def test_quit_while_evaluating_asks_first(tmp_path):
         await pilot.press("y")
         await until(pilot, lambda: not app.is_running)
     assert isinstance(list(read_trace(session.trace_file))[-1], ev.SessionEnded)
+
+
+async def test_a_pause_asked_while_the_agent_streams_waits_for_the_turn_and_quit_still_asks(tmp_path):
+    def script(body: dict[str, Any], index: int):
+        if index == 0:
+            return reply(text("A long look at the loads. " * 60, chunks=80), delay_s=0.05)
+        return reply(text("ok"))
+
+    async with live(tmp_path, script) as (app, pilot, session, log):
+        main = app.main
+        await until(pilot, lambda: len(log.of(ev.TextDelta)) >= 1)
+        await pilot.press("p")
+        await until(pilot, lambda: "pausing after this step" in str(main.query_one("#status").render()))
+        assert main.status == "thinking" and main.check_action("resume", ()) and not main.check_action("pause", ())
+        await pilot.press("q")  # the agent is still working: quitting asks first
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.press("p")  # taken back before the turn ended
+        await until(pilot, lambda: "pausing" not in str(main.query_one("#status").render()))
+        assert main.check_action("pause", ()) and main.status == "thinking"
+        await pilot.press("p")
+        await until(pilot, lambda: main.status == "paused", timeout=30)  # held once the reply is in
+        assert "pausing" not in str(main.query_one("#status").render())
+        assert not log.of(ev.QuestionAsked) and len(log.of(ev.TurnStarted)) == 1
 
 
 async def test_confirm_shell_asks_before_the_agents_command_runs(tmp_path):

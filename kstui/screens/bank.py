@@ -63,7 +63,7 @@ class BankScreen(ModalScreen[BankChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="bank"):
-            title = "question bank" + (f" · run {TRIGGER_TITLES.get(self.trigger, self.trigger)}" if self.trigger else "")
+            title = "question bank" + (f" · {TRIGGER_TITLES.get(self.trigger, self.trigger)}" if self.trigger else "")
             yield Static(title, id="bank-title", markup=False)
             yield Input(placeholder="type to filter", id="filter")
             yield BankList(id="questions")

@@ -50,6 +50,7 @@ class HistoryScreen(Screen):
         self.entries: list[Any] = []
         self.marked: str | None = None
         self.shown: str | None = None
+        self.loaded_tip: str | None = None  # the branch tip the table was read at
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="panes"):
@@ -69,8 +70,14 @@ class HistoryScreen(Screen):
         self.reload()
         table.focus()
 
+    def on_screen_resume(self) -> None:
+        # Kept between visits (the main screen installs it): read git again only if the branch moved.
+        if self.entries and self.history.tip() != self.loaded_tip:
+            self.reload()
+
     def reload(self) -> None:
         table = self.query_one("#commits", DataTable)
+        self.loaded_tip = self.history.tip()
         self.entries = self.history.entries()
         table.clear()
         for entry in self.entries:

@@ -88,6 +88,7 @@ class MainScreen(Screen):
         self.replay = replay
         self.kernel = kernel
         self.status = "idle"
+        self.pause_requested = False  # the agent stops at the next turn boundary (status "paused" once there)
         self.mode = "replay" if replay is not None else ("agent" if session is not None else "view")
         self.turn: int | None = None
         self.events_seen = 0  # events fully applied to the panes (tests and the benchmark wait on it)
@@ -142,6 +143,9 @@ class MainScreen(Screen):
         if isinstance(event, ev.StatusChanged):
             self.status = event.status
             self.refresh_bindings()
+        elif isinstance(event, ev.PauseChanged):
+            self.pause_requested = event.paused
+            self.refresh_bindings()
         elif isinstance(event, ev.TurnStarted):
             self.turn = event.turn
         elif isinstance(event, ev.SessionStarted):
@@ -159,7 +163,7 @@ class MainScreen(Screen):
             self.notify(f"evaluation #{event.eval_no} failed: {event.error}", severity="error")
         elif isinstance(event, ev.Accepted):
             self.notify(f"accepted {event.commit[:7]}: geomean {event.geomean:.3f}×")
-        if isinstance(event, (ev.StatusChanged, ev.TurnStarted, ev.SessionStarted)):
+        if isinstance(event, (ev.StatusChanged, ev.PauseChanged, ev.TurnStarted, ev.SessionStarted)):
             self.update_status()
         self.events_seen += 1
 
@@ -176,6 +180,8 @@ class MainScreen(Screen):
             parts.append(self.replay.describe())
         else:
             parts.append(self.status)
+            if self.pause_requested and self.status != "paused":
+                parts.append("pausing after this step")
         if self.turn is not None:
             parts.append(f"turn {self.turn}")
         self.query_one("#status", Static).update(Text(" · ".join(parts)))
@@ -208,9 +214,9 @@ class MainScreen(Screen):
         if action in REPLAY_ACTIONS and self.replay is None:
             return False
         if action == "pause":
-            return self.status != "paused"
+            return not self.pause_requested
         if action == "resume":
-            return self.status == "paused"
+            return self.pause_requested
         if action == "history" and self._history() is None:
             return False
         return True
@@ -242,7 +248,11 @@ class MainScreen(Screen):
     def action_history(self) -> None:
         from kstui.screens.history import HistoryScreen
 
-        self.app.push_screen(HistoryScreen(self._history(), session=self.session))
+        # One history screen, kept between visits: its tables keep the rows they have drawn (drawing them
+        # again was most of `h`'s frame) and it reads git again only when the branch has moved.
+        if not self.app.is_screen_installed("history"):
+            self.app.install_screen(HistoryScreen(self._history(), session=self.session), "history")
+        self.app.push_screen("history")
 
     def action_pause(self) -> None:
         self.session.pause()
@@ -260,6 +270,9 @@ class MainScreen(Screen):
         self.notify("interrupting the agent")
 
     def action_evaluate(self) -> None:
+        if self.session.evaluating:
+            # It waits for the one in flight: say so now rather than show nothing until then.
+            self.notify("an evaluation is running: this one starts when it ends")
         self.run_worker(self.session.evaluate_now(), name="evaluate-now", exit_on_error=False)
 
     def action_help(self) -> None:

@@ -13,7 +13,7 @@ from textual.widgets._markdown import MarkdownStream
 from kstui.widgets.transcript import BlockView
 from kstui.widgets.transcript_state import Block
 
-STREAM_PERIOD_S = 0.05  # streamed text is painted up to 20 times a second, however fast it arrives
+STREAM_PERIOD_S = 0.1  # streamed text is painted up to 10 times a second, however fast it arrives
 
 
 class TextView(Markdown, BlockView):

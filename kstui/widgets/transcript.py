@@ -1,7 +1,9 @@
 """The transcript pane: a window of mounted block views over TranscriptState.
 
-Only the last `window` blocks are widgets; older ones live on as plain data and come back a page at a
-time on request, so a run of 11,500 tool calls scrolls like a run of ten.
+Only the last blocks are widgets; older ones live on as plain data and come back a page at a time on
+request, so a run of 11,500 tool calls scrolls like a run of ten. The window is bounded in widgets as
+well as in blocks: a streamed reply is a Markdown widget per paragraph, and Textual lays out every
+mounted widget on every frame, streamed text's included (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
@@ -27,6 +30,10 @@ SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its 
 # Blocks kept mounted: a few screens of collapsed blocks. Every mounted block is laid out again when
 # the column's width changes, so this bounds what a resize costs.
 WINDOW = 40
+# Widgets those blocks may hold between them (a collapsed block is one; a reply, one per paragraph),
+# and what one press of "show earlier" mounts at most. The last two blocks stay whatever they weigh.
+WIDGET_BUDGET = 100
+KEEP_LAST = 2
 
 
 def clip(text: str) -> str:
@@ -155,19 +162,26 @@ def make_view(block: Block) -> Widget:
     return FoldView(block)
 
 
-class Transcript(VerticalScroll, can_focus=True):
-    """The transcript; `window` blocks stay mounted, earlier ones come back PAGE at a time."""
+def _weight(view: Widget) -> int:
+    """Widgets a block view is laid out as: itself and, for a reply, its Markdown blocks."""
+    return 1 + len(view.children)
 
-    PAGE = 80
+
+class Transcript(VerticalScroll, can_focus=True):
+    """The transcript; at most `window` blocks and WIDGET_BUDGET widgets stay mounted while the reader
+    is at the end, and earlier ones come back a page (at most PAGE blocks, WIDGET_BUDGET widgets) at a
+    time."""
+
+    PAGE = 40
     BINDINGS = [Binding("u", "show_earlier", "earlier entries")]
 
-    def __init__(self, *, window: int = WINDOW, **kwargs) -> None:
+    def __init__(self, *, window: int = WINDOW, budget: int = WIDGET_BUDGET, **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = TranscriptState()
         self.window = window
+        self.budget = budget
         self._views: dict[int, Widget] = {}
         self._first = 0  # index of the first mounted block
-        self._extra = 0  # earlier pages the reader asked for stay mounted
         self._earlier = Button("", id="earlier", variant="default", compact=True)
 
     def compose(self):
@@ -176,6 +190,25 @@ class Transcript(VerticalScroll, can_focus=True):
     def on_mount(self) -> None:
         self._earlier.display = False
         self.anchor()
+
+    # A focus change restyles the transcript alone. Textual restyles a widget and all of its descendants
+    # when its focus (or a `:focus-within` rule's) changes, in case a rule styles them by it; no rule
+    # styles the blocks by the transcript's focus, and a long streamed reply puts hundreds of Markdown
+    # paragraphs under it, so each `a` or escape spent most of its frame restyling them
+    # (bench/bench_keys.py, docs/BENCHMARKS.md). The border follows `-focus-within` (main.tcss).
+
+    def watch_has_focus(self, _has_focus: bool) -> None:
+        self._restyle_focus()
+
+    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+        self._restyle_focus()
+
+    def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
+        self._restyle_focus()
+
+    def _restyle_focus(self) -> None:
+        self.set_class(self.has_focus_within, "-focus-within", update=False)
+        self.app.stylesheet.update_nodes([self], animate=True)
 
     @property
     def mounted_count(self) -> int:
@@ -197,12 +230,24 @@ class Transcript(VerticalScroll, can_focus=True):
     async def rebuild(self) -> None:
         await self.remove_children(list(self._views.values()))
         self._views.clear()
-        self._first = max(0, len(self.state.blocks) - self.window)
+        self._first = self._page_start(len(self.state.blocks), self.window)
         views = [self._view(i) for i in range(self._first, len(self.state.blocks))]
         if views:
             await self.mount_all(views)
         self._update_earlier()
         self.scroll_end(animate=False, immediate=True)
+
+    def _page_start(self, end: int, most: int) -> int:
+        """Where a page of blocks ending before `end` starts: at most `most` blocks and, past the first
+        one, the widget budget (a text block's widgets estimated from its paragraphs)."""
+        start, weight = end, 0
+        while start > 0 and end - start < most:
+            block = self.state.blocks[start - 1]
+            weight += block.body.count("\n\n") + 2 if block.kind == "text" else 1
+            if weight > self.budget and start < end:
+                break
+            start -= 1
+        return start
 
     def _view(self, index: int) -> Widget:
         view = make_view(self.state.blocks[index])
@@ -223,13 +268,19 @@ class Transcript(VerticalScroll, can_focus=True):
             await view.stream(change.text)
         elif change.op == "close":
             await view.close()
+            self._prune()  # the reply has all its paragraphs now
 
     def _prune(self) -> None:
-        at_end = self.scroll_y >= self.max_scroll_y - 1
-        while at_end and len(self._views) > self.window + self._extra:
+        """Unmount the oldest blocks past the window, unless the reader has scrolled away from the end
+        (the earlier pages they asked for stay until they come back)."""
+        if self.scroll_y < self.max_scroll_y - 1:
+            return
+        weight = sum(_weight(view) for view in self._views.values())
+        while len(self._views) > KEEP_LAST and (len(self._views) > self.window or weight > self.budget):
             view = self._views.pop(self._first, None)
             self._first += 1
             if view is not None:
+                weight -= _weight(view)
                 view.remove()
         self._update_earlier()
 
@@ -238,12 +289,12 @@ class Transcript(VerticalScroll, can_focus=True):
             self.refresh_bindings()  # the footer offers `u` only when there is something earlier
         self._earlier.display = self._first > 0
         if self._first:
-            self._earlier.label = f"▲ {self._first:,} earlier entries — show {min(self.PAGE, self._first)} more"
+            more = self._first - self._page_start(self._first, self.PAGE)
+            self._earlier.label = f"▲ {self._first:,} earlier entries — show {more} more"
 
     async def show_earlier(self) -> None:
-        start = max(0, self._first - self.PAGE)
+        start = self._page_start(self._first, self.PAGE)
         views = [self._view(i) for i in range(start, self._first)]
-        self._extra += len(views)
         self._first = start
         if views:
             await self.mount_all(views, after=self._earlier)
