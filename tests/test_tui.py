@@ -175,12 +175,61 @@ async def test_eleven_thousand_tool_calls_stay_windowed(kernel):
         await pilot.pause()
         assert transcript.mounted_count == 60
         earlier = transcript.query_one("#earlier")
-        assert "11,441 earlier entries — show 40 more" in str(earlier.label)
+        assert f"11,441 earlier entries — show {transcript.PAGE} more" in str(earlier.label)
         transcript.focus()
         await pilot.press("u")
         await until(pilot, lambda: transcript.mounted_count == 60 + transcript.PAGE)
         first = next(iter(transcript.query(FoldView)))
         assert first.title.startswith(f"bash echo {11_441 - transcript.PAGE}")
+
+
+async def test_an_earlier_page_stays_while_blocks_stream_in_until_the_reader_is_back_at_the_end(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        transcript = app.main.transcript
+        calls = [ev.ToolCallStarted(1, f"c{i}", "bash", {"command": f"echo {i}"}) for i in range(200)]
+        await transcript.load(calls)
+        await pilot.pause()
+        assert transcript.mounted_count == 40
+        paging = asyncio.create_task(transcript.show_earlier())
+        await asyncio.sleep(0)  # the page is being mounted when the next block arrives
+        await transcript.apply_event(ev.ToolCallStarted(1, "new", "bash", {"command": "echo new"}))
+        await paging
+        await pilot.pause()
+        # The page stays; the new block waits below, as data, while the reader reads back.
+        assert transcript.mounted_count == 40 + transcript.PAGE and transcript.waiting_below == 1
+        assert "1 newer entries" in str(transcript.query_one("#newer").label)
+        transcript.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        await transcript.apply_event(ev.ToolCallStarted(1, "while-reading", "bash", {"command": "echo"}))
+        assert transcript.mounted_count == 40 + transcript.PAGE and transcript.waiting_below == 2
+        transcript.scroll_end(animate=False, immediate=True)  # back at the end: caught up, the window again
+        await until(pilot, lambda: transcript.waiting_below == 0)
+        await pilot.pause()
+        assert transcript.mounted_count == 40 and not transcript.query_one("#newer").display
+        titles = [v.title for v in transcript.query(FoldView)]
+        assert titles[-2:] == ["bash echo new", "bash echo"]
+
+
+async def test_a_reader_up_in_the_history_does_not_grow_the_mounted_transcript(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        transcript = app.main.transcript
+        await transcript.load([ev.ToolCallStarted(1, f"c{i}", "bash", {"command": f"echo {i}"}) for i in range(60)])
+        await pilot.pause()
+        transcript.focus()
+        await pilot.press("pageup")  # reading back, by scrolling alone
+        await pilot.pause(0.3)
+        for i in range(300):
+            await transcript.apply_event(ev.ToolCallStarted(2, f"n{i}", "bash", {"command": f"later {i}"}))
+        await pilot.pause()
+        assert transcript.mounted_count == 40 and transcript.waiting_below == 300
+        await pilot.press("end")
+        await until(pilot, lambda: transcript.waiting_below == 0)
+        await pilot.pause()
+        assert transcript.mounted_count == 40
+        assert [v.title for v in transcript.query(FoldView)][-1] == "bash later 299"
+        assert transcript.scroll_y >= transcript.max_scroll_y - 1  # following the end again
 
 
 def mounted_widgets(transcript) -> int:

@@ -8,6 +8,7 @@ mounted widget on every frame, streamed text's included (docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -168,11 +169,12 @@ def _weight(view: Widget) -> int:
 
 
 class Transcript(VerticalScroll, can_focus=True):
-    """The transcript; at most `window` blocks and WIDGET_BUDGET widgets stay mounted while the reader
-    is at the end, and earlier ones come back a page (at most PAGE blocks, WIDGET_BUDGET widgets) at a
-    time."""
+    """The transcript. While the reader follows the end, at most `window` blocks and `budget` widgets
+    stay mounted; earlier ones come back a page (at most PAGE blocks, `budget` widgets) at a time; blocks
+    that arrive while the reader is elsewhere wait as data below, until the reader comes back to the end,
+    so a reader who stays up in the history never makes every frame lay out a growing transcript."""
 
-    PAGE = 40
+    PAGE = 25
     BINDINGS = [Binding("u", "show_earlier", "earlier entries")]
 
     def __init__(self, *, window: int = WINDOW, budget: int = WIDGET_BUDGET, **kwargs) -> None:
@@ -180,15 +182,21 @@ class Transcript(VerticalScroll, can_focus=True):
         self.state = TranscriptState()
         self.window = window
         self.budget = budget
-        self._views: dict[int, Widget] = {}
-        self._first = 0  # index of the first mounted block
+        self._views: dict[int, Widget] = {}  # block index -> view, for blocks _first .. _end - 1
+        self._first = 0
+        self._reading_back = False  # earlier pages were asked for and the reader has not come back to the end
         self._earlier = Button("", id="earlier", variant="default", compact=True)
+        self._newer = Button("", id="newer", variant="default", compact=True)
+        # Session events and catching up both mount views: one at a time, each with the state as it was.
+        self._lock = asyncio.Lock()
 
     def compose(self):
         yield self._earlier
+        yield self._newer
 
     def on_mount(self) -> None:
         self._earlier.display = False
+        self._newer.display = False
         self.anchor()
 
     # A focus change restyles the transcript alone. Textual restyles a widget and all of its descendants
@@ -214,27 +222,35 @@ class Transcript(VerticalScroll, can_focus=True):
     def mounted_count(self) -> int:
         return len(self._views)
 
+    @property
+    def waiting_below(self) -> int:
+        """Blocks that arrived while the reader was away from the end, not mounted yet."""
+        return len(self.state.blocks) - (self._first + len(self._views))
+
     async def apply_event(self, event: ev.Event) -> None:
-        changes = self.state.apply(event)
-        if not self.is_attached:  # the app is closing: the state still records the event
-            return
-        for change in changes:
-            await self._realise(change)
+        async with self._lock:
+            changes = self.state.apply(event)
+            if not self.is_attached:  # the app is closing: the state still records the event
+                return
+            for change in changes:
+                await self._realise(change)
 
     async def load(self, events: list[ev.Event]) -> None:
         """Fold many events (a resumed or replayed run) and mount only the last window."""
-        for event in events:
-            self.state.apply(event)
-        await self.rebuild()
+        async with self._lock:
+            for event in events:
+                self.state.apply(event)
+            await self._rebuild()
 
-    async def rebuild(self) -> None:
+    async def _rebuild(self) -> None:
         await self.remove_children(list(self._views.values()))
         self._views.clear()
+        self._reading_back = False
         self._first = self._page_start(len(self.state.blocks), self.window)
         views = [self._view(i) for i in range(self._first, len(self.state.blocks))]
         if views:
-            await self.mount_all(views)
-        self._update_earlier()
+            await self.mount_all(views, before=self._newer)
+        self._update_ends()
         self.scroll_end(animate=False, immediate=True)
 
     def _page_start(self, end: int, most: int) -> int:
@@ -254,14 +270,23 @@ class Transcript(VerticalScroll, can_focus=True):
         self._views[index] = view
         return view
 
+    def _at_end(self, scroll_y: float | None = None) -> bool:
+        # All of it fits (before the first layout Textual's anchor leaves scroll_y below zero), or the
+        # reader is on the last line.
+        return self.max_scroll_y <= 0 or (self.scroll_y if scroll_y is None else scroll_y) >= self.max_scroll_y - 1
+
+    def _following(self) -> bool:
+        return not self._reading_back and self._at_end()
+
     async def _realise(self, change: Change) -> None:
         if change.op == "append":
-            await self.mount(self._view(change.index))
-            self._prune()
+            if self._following():
+                await self._mount_waiting()
+            self._update_ends()
             return
         view = self._views.get(change.index)
         if not isinstance(view, BlockView):
-            return
+            return  # not mounted: its view is made from the state when it is
         if change.op == "update":
             view.show(self.state.blocks[change.index])
         elif change.op == "stream":
@@ -272,8 +297,8 @@ class Transcript(VerticalScroll, can_focus=True):
 
     def _prune(self) -> None:
         """Unmount the oldest blocks past the window, unless the reader has scrolled away from the end
-        (the earlier pages they asked for stay until they come back)."""
-        if self.scroll_y < self.max_scroll_y - 1:
+        or asked for earlier pages (those stay until the reader is back at the end)."""
+        if not self._following():
             return
         weight = sum(_weight(view) for view in self._views.values())
         while len(self._views) > KEEP_LAST and (len(self._views) > self.window or weight > self.budget):
@@ -282,23 +307,56 @@ class Transcript(VerticalScroll, can_focus=True):
             if view is not None:
                 weight -= _weight(view)
                 view.remove()
-        self._update_earlier()
+        self._update_ends()
 
-    def _update_earlier(self) -> None:
+    def _update_ends(self) -> None:
         if self._earlier.display != (self._first > 0):
             self.refresh_bindings()  # the footer offers `u` only when there is something earlier
         self._earlier.display = self._first > 0
         if self._first:
             more = self._first - self._page_start(self._first, self.PAGE)
             self._earlier.label = f"▲ {self._first:,} earlier entries — show {more} more"
+        waiting = self.waiting_below
+        self._newer.display = waiting > 0
+        if waiting:
+            self._newer.label = f"▼ {waiting:,} newer entries — end to follow"
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self._at_end(new_value):
+            self._reading_back = False
+            if self.waiting_below:
+                self.run_worker(self._catch_up(), group="catch-up")
+
+    async def _catch_up(self) -> None:
+        """The reader is back at the end: mount what arrived meanwhile, and follow the end again."""
+        async with self._lock:
+            if self.waiting_below:
+                await self._mount_waiting()
+                self.scroll_end(animate=False)
+
+    async def _mount_waiting(self) -> None:
+        """Mount the blocks not mounted yet (the last window of them, if more wait) and prune."""
+        total, end = len(self.state.blocks), self._first + len(self._views)
+        if total - end > self.window:
+            await self._rebuild()
+            return
+        views = [self._view(i) for i in range(end, total)]
+        if views:
+            await self.mount_all(views, before=self._newer)
+        self._prune()
+        self._update_ends()
 
     async def show_earlier(self) -> None:
-        start = self._page_start(self._first, self.PAGE)
-        views = [self._view(i) for i in range(start, self._first)]
-        self._first = start
-        if views:
-            await self.mount_all(views, after=self._earlier)
-        self._update_earlier()
+        # Before anything yields: a block streamed in meanwhile must not prune the page being mounted.
+        self._reading_back = True
+        async with self._lock:
+            start = self._page_start(self._first, self.PAGE)
+            views = [self._view(i) for i in range(start, self._first)]
+            self._first = start
+            if views:
+                await self.mount_all(views, after=self._earlier)
+            self._update_ends()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "show_earlier":
@@ -313,3 +371,6 @@ class Transcript(VerticalScroll, can_focus=True):
         if event.button is self._earlier:
             event.stop()
             await self.show_earlier()
+        elif event.button is self._newer:
+            event.stop()
+            self.scroll_end(animate=False)
