@@ -9,7 +9,7 @@ that shows its effect, that frame encoded to escape sequences as for a real term
 driver skips that step; this benchmark does it inside the timed frame). Prints, per key, the median,
 p95 and max.
 
-Run: .venv/bin/python bench/bench_keys.py [--presses 30] [--calls 11500] [--only a,b,...]
+Run: .venv/bin/python bench/bench_keys.py [--presses 20] [--calls 11500] [--only a,b,...] [--think S]
 """
 
 from __future__ import annotations
@@ -168,8 +168,10 @@ async def streaming_app(workspace: Path, calls: int) -> AsyncIterator[tuple[Kstu
         child.wait(10)
 
 
-async def measure(workspace: Path, calls: int, presses: int, only: set[str] | None = None) -> dict[str, list[float]]:
-    """Median-ready times per key. `only`: the steps (named by their first key) to run."""
+async def measure(workspace: Path, calls: int, presses: int, only: set[str] | None = None,
+                  think: float = 0.05) -> dict[str, list[float]]:
+    """Median-ready times per key. `only`: the steps (named by their first key) to run; `think`: seconds
+    between one key's frame and the next key."""
     from kstui.screens.bank import BankScreen
     from kstui.screens.confirm import ConfirmScreen
     from kstui.screens.help import HelpScreen
@@ -185,15 +187,13 @@ async def measure(workspace: Path, calls: int, presses: int, only: set[str] | No
 
         async def key(name: str, label: str, condition: Callable[[Any, str], bool]) -> None:
             times.setdefault(label, []).append(await frames.time_key(app, name, condition))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(think)
 
         def on_main(screen: Any, _text: str) -> bool:
             return isinstance(screen, MainScreen)
 
         def showing(kind: type, marker: str) -> Callable[[Any, str], bool]:
             return lambda screen, text: isinstance(screen, kind) and marker in text
-
-        newest = History(kernel).entries()[0].sha[:8]
 
         async def question_box() -> None:
             main.transcript.focus()
@@ -207,10 +207,16 @@ async def measure(workspace: Path, calls: int, presses: int, only: set[str] | No
             await key("escape", f"escape: close {what}", on_main)
 
         async def history_rows() -> None:
-            await key("h", "h: open the history", showing(HistoryScreen, newest))
+            # The screen is kept between visits, with its cursor where the reader left it.
+            await key("h", "h: open the history", lambda s, t: isinstance(s, HistoryScreen) and s.shown is not None
+                      and s.shown[:8] in t)
             screen = app.screen
+            table = screen.query_one("#commits")
+            if table.cursor_row + 3 >= len(screen.entries):  # the last rows: start over from the top
+                table.move_cursor(row=0)
+                await asyncio.sleep(0.1)
             for _ in range(3):
-                row = screen.query_one("#commits").cursor_row + 1
+                row = table.cursor_row + 1
                 sha = screen.entries[row].sha
                 await key("down", "down: the next commit's diff and result (history)",
                           lambda s, t, sha=sha: screen.shown == sha and sha[:8] in t)
@@ -265,15 +271,17 @@ async def measure(workspace: Path, calls: int, presses: int, only: set[str] | No
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--presses", type=int, default=30)
+    parser.add_argument("--presses", type=int, default=20)
     parser.add_argument("--calls", type=int, default=11_500)
     parser.add_argument("--only", help="comma-separated steps: a b h ? ctrl+p q p e [ { pageup u")
+    parser.add_argument("--think", type=float, default=0.05,
+                        help="seconds from a key's frame to the next key (1.5: a person reading the screen)")
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
     with tempfile.TemporaryDirectory() as tmp:
-        times = asyncio.run(measure(Path(tmp), args.calls, args.presses, only))
+        times = asyncio.run(measure(Path(tmp), args.calls, args.presses, only, args.think))
     print(f"every key, press -> first frame showing its effect, {args.calls:,} tool calls in the transcript, "
-          f"text streaming through a real Session ({args.presses} presses each):")
+          f"text streaming through a real Session ({args.presses} presses each, {args.think} s between keys):")
     for label, samples in times.items():
         print(f"  {label:<50} {summary(samples)}")
     worst = max(statistics.median(s) for s in times.values())

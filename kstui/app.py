@@ -105,13 +105,13 @@ class KstuiApp(App[int]):
         gc.freeze()
         if self._gc_held:
             gc.enable()
-        self.collector.start()
         self.set_interval(IDLE_S / 2, self.collector.tick, name="idle-collector")
         self.call_after_refresh(self._first_frame_out)
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.InputEvent):
-            self.collector.input_seen()
+            self.collector.hold()
+            self.call_after_refresh(self.collector.release)
         await super().on_event(event)
 
     def _first_frame_out(self) -> None:
@@ -120,7 +120,6 @@ class KstuiApp(App[int]):
 
     def on_unmount(self) -> None:
         self._first_frame.set()  # an app that stops before its first frame leaves nothing waiting
-        gc.unfreeze()  # what was frozen and has died since can be collected again
         self.collector.stop()
 
     async def confirm_shell(self, command: str) -> bool:

@@ -232,6 +232,24 @@ async def test_a_reader_up_in_the_history_does_not_grow_the_mounted_transcript(k
         assert transcript.scroll_y >= transcript.max_scroll_y - 1  # following the end again
 
 
+async def test_catching_up_does_not_undo_an_earlier_page_asked_for_meanwhile(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        transcript = app.main.transcript
+        await transcript.load([ev.ToolCallStarted(1, f"c{i}", "bash", {"command": f"echo {i}"}) for i in range(200)])
+        await pilot.pause()
+        transcript.focus()
+        await pilot.press("pageup")
+        await pilot.pause(0.3)
+        for i in range(50):  # more than a window waits below
+            await transcript.apply_event(ev.ToolCallStarted(2, f"n{i}", "bash", {"command": f"later {i}"}))
+        first = transcript._first
+        transcript.scroll_end(animate=False, immediate=True)  # back at the end: a catch-up is on its way...
+        await transcript.show_earlier()  # ...when the reader asks for earlier entries after all
+        await pilot.pause(0.3)
+        assert transcript._first == first - transcript.PAGE and transcript.waiting_below == 50
+
+
 def mounted_widgets(transcript) -> int:
     """Blocks and what they hold (a reply's Markdown paragraphs), the "show earlier" button left out."""
     return len(transcript.query("*")) - 1
@@ -447,27 +465,30 @@ async def test_a_divider_move_is_laid_out_and_painted_before_its_action_returns(
         assert column_widths(main) == after
 
 
-async def test_a_divider_move_is_painted_with_garbage_collection_held(kernel):
+async def test_no_full_collection_starts_between_a_key_and_its_frame(kernel):
+    from kstui.collector import NO_FULL
+
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
         main = app.main
-        frames = []  # (transcript width, collection enabled) at each frame painted
+        before = gc.get_threshold()
+        frames = []  # (transcript width, Python's full-collection threshold) at each frame painted
         render_update = main._compositor.render_update
         main._compositor.render_update = lambda *a, **k: (
-            frames.append((main.transcript.size.width, gc.isenabled())), render_update(*a, **k))[1]
+            frames.append((main.transcript.size.width, gc.get_threshold()[2])), render_update(*a, **k))[1]
         width = main.transcript.size.width
         await pilot.press("right_square_bracket")
         await until(pilot, lambda: main.transcript.size.width != width)
-        assert [enabled for w, enabled in frames if w != width][0] is False
-        assert gc.isenabled()  # given back once that frame was out
-        # Collection someone else turned off stays off.
+        assert [held for w, held in frames if w != width][0] == NO_FULL
+        await until(pilot, lambda: gc.get_threshold() == before)  # given back once that frame was out
+        # Collection someone else turned off stays off, and nothing is held for it.
         gc.disable()
         try:
             width = main.transcript.size.width
             await pilot.press("left_curly_bracket")
             await until(pilot, lambda: main.transcript.size.width != width)
             await pilot.pause()
-            assert not gc.isenabled()
+            assert not gc.isenabled() and gc.get_threshold() == before
         finally:
             gc.enable()
 
@@ -480,16 +501,14 @@ async def test_the_app_freezes_its_startup_objects_and_thaws_them_on_exit(kernel
     assert gc.get_freeze_count() == 0
 
 
-async def test_the_app_leaves_full_collections_to_pauses_in_the_input_and_restores_python_after(kernel):
-    before = gc.get_threshold()
+async def test_the_app_tells_its_collector_of_input_and_thaws_on_exit(kernel):
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause()
-        assert gc.get_threshold()[2] > before[2]
         seen = app.collector.last_input
         await pilot.press("right_square_bracket")
         assert app.collector.last_input > seen
-    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
 
 
 async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel):

@@ -6,16 +6,11 @@ that moves a divider waited 7-17 ms before its frame began. A terminal resize do
 lays the screen out there and then (`Screen._refresh_layout`), and a divider move is the same kind of
 change. The row of columns keeps its arrangement cached by its own size, which a divider move leaves as
 it was, so that cache goes first. Both names are Textual's private ones (8.2); the pilot test of the
-resize keys fails if they stop doing this.
-
-Garbage collection is held while that frame is built and handed to the driver, as Textual's
-PAUSE_GC_ON_SCROLL does for scrolling: a full collection (the streamed Markdown leaves cycles behind)
-would add up to 100 ms to it.
+resize keys fails if they stop doing this. (No full garbage collection starts inside that frame: the
+app holds them from any input to its frame, kstui/collector.py.)
 """
 
 from __future__ import annotations
-
-import gc
 
 from textual.screen import Screen
 from textual.widget import Widget
@@ -24,11 +19,4 @@ from textual.widget import Widget
 def relayout_now(screen: Screen, row: Widget) -> None:
     """`row`'s children changed width: lay `screen` out and paint it before returning."""
     row._clear_arrangement_cache()
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        screen._refresh_layout()
-    finally:
-        # Collection someone else turned off stays off.
-        if collecting:
-            gc.enable()
+    screen._refresh_layout()

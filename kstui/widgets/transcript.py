@@ -331,7 +331,8 @@ class Transcript(VerticalScroll, can_focus=True):
     async def _catch_up(self) -> None:
         """The reader is back at the end: mount what arrived meanwhile, and follow the end again."""
         async with self._lock:
-            if self.waiting_below:
+            # Still there (it may have waited behind an earlier page that the reader asked for since).
+            if self.waiting_below and self._following():
                 await self._mount_waiting()
                 self.scroll_end(animate=False)
 
