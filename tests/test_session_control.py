@@ -89,13 +89,19 @@ async def test_pause_holds_the_next_turn_until_resume(tmp_path: Path) -> None:
     assert summary.reason == "agent finished" and len(server.requests) == 2
 
 
+def _pausing_at_its_tool(kernel: Path, server: MessagesServer) -> tuple[Session, EventLog]:
+    """A session whose human asks for a pause as the agent's first tool starts, mid-turn."""
+    session = Session.build(_config(kernel, server), FakeExecutor())
+    log = EventLog()
+    session.subscribe(log)
+    session.subscribe(lambda e: session.pause() if isinstance(e, ToolCallStarted) else None)
+    return session, log
+
+
 async def test_a_pause_asked_mid_turn_shows_paused_only_once_the_turn_is_over(tmp_path: Path) -> None:
     kernel = make_workspace(tmp_path / "ws", 1.0)
     with MessagesServer([reply(tool_use("list_files", {})), reply(text("done"))]) as server:
-        session = Session.build(_config(kernel, server), FakeExecutor())
-        log = EventLog()
-        session.subscribe(log)
-        session.subscribe(lambda e: session.pause() if isinstance(e, ToolCallStarted) else None)
+        session, log = _pausing_at_its_tool(kernel, server)
         task = asyncio.create_task(session.run())
         await log.wait_for(StatusChanged, where=lambda e: e.status == "paused")
         events = [e for e in log.events if isinstance(e, (PauseChanged, StatusChanged, TurnFinished))]
@@ -115,10 +121,7 @@ async def test_a_pause_asked_mid_turn_shows_paused_only_once_the_turn_is_over(tm
 async def test_a_pause_taken_back_before_the_boundary_never_holds_the_agent(tmp_path: Path) -> None:
     kernel = make_workspace(tmp_path / "ws", 1.0)
     with MessagesServer([reply(tool_use("list_files", {})), reply(text("done"))]) as server:
-        session = Session.build(_config(kernel, server), FakeExecutor())
-        log = EventLog()
-        session.subscribe(log)
-        session.subscribe(lambda e: session.pause() if isinstance(e, ToolCallStarted) else None)
+        session, log = _pausing_at_its_tool(kernel, server)
         session.subscribe(lambda e: session.resume() if isinstance(e, ToolCallFinished) else None)
         summary = await asyncio.wait_for(session.run(), 30)
     assert [e.paused for e in log.of(PauseChanged)] == [True, False]

@@ -194,13 +194,15 @@ async def test_ctrl_s_interrupts_the_stream_and_asks_now(tmp_path):
         await until(pilot, lambda: any("interrupted" in b.title for b in app.main.transcript.state.blocks))
 
 
-async def test_escape_leaves_the_box_then_interrupts(tmp_path):
-    def script(body: dict[str, Any], index: int):
-        if index == 0:
-            return reply(text("A long look at the loads. " * 60, chunks=80), delay_s=0.05)
-        return reply(text("ok"))
+def long_reply_then_ok(body: dict[str, Any], index: int):
+    """A first reply that streams for about 4 s (80 deltas, 50 ms apart), then short ones."""
+    if index == 0:
+        return reply(text("A long look at the loads. " * 60, chunks=80), delay_s=0.05)
+    return reply(text("ok"))
 
-    async with live(tmp_path, script) as (app, pilot, session, log):
+
+async def test_escape_leaves_the_box_then_interrupts(tmp_path):
+    async with live(tmp_path, long_reply_then_ok) as (app, pilot, session, log):
         await until(pilot, lambda: len(log.of(ev.TextDelta)) >= 1)
         await pilot.press("a")
         await pilot.press("escape")
@@ -320,12 +322,7 @@ async def test_quit_while_evaluating_asks_first(tmp_path):
 
 
 async def test_a_pause_asked_while_the_agent_streams_waits_for_the_turn_and_quit_still_asks(tmp_path):
-    def script(body: dict[str, Any], index: int):
-        if index == 0:
-            return reply(text("A long look at the loads. " * 60, chunks=80), delay_s=0.05)
-        return reply(text("ok"))
-
-    async with live(tmp_path, script) as (app, pilot, session, log):
+    async with live(tmp_path, long_reply_then_ok) as (app, pilot, session, log):
         main = app.main
         await until(pilot, lambda: len(log.of(ev.TextDelta)) >= 1)
         await pilot.press("p")
