@@ -3,7 +3,8 @@
 Only the last blocks are widgets; older ones live on as plain data and come back a page at a time on
 request, so a run of 11,500 tool calls scrolls like a run of ten. The window is bounded in widgets as
 well as in blocks: a streamed reply is a Markdown widget per paragraph, and Textual lays out every
-mounted widget on every frame, streamed text's included (docs/BENCHMARKS.md).
+mounted widget on every frame, streamed text's included (docs/BENCHMARKS.md). Blocks that arrive while
+the reader is up in the history are mounted when they come back to the end.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class Transcript(VerticalScroll, can_focus=True):
         self.state = TranscriptState()
         self.window = window
         self.budget = budget
-        self._views: dict[int, Widget] = {}  # block index -> view, for blocks _first .. _end - 1
+        self._views: dict[int, Widget] = {}  # block index -> view: a run of blocks from _first on
         self._first = 0
         self._reading_back = False  # earlier pages were asked for and the reader has not come back to the end
         self._earlier = Button("", id="earlier", variant="default", compact=True)
