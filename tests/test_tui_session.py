@@ -295,6 +295,24 @@ async def test_e_while_an_evaluation_runs_says_it_waits_and_then_runs(tmp_path):
         assert len(executor.calls) == 2
 
 
+async def test_the_kept_history_screen_shows_what_was_accepted_since_the_last_visit(tmp_path):
+    async with live(tmp_path, None) as (app, pilot, session, log):
+        main = app.main
+        await until(pilot, lambda: main.mode == "manual")
+        await pilot.press("h")
+        await until(pilot, lambda: showing(app, HistoryScreen))
+        screen = app.screen
+        assert screen.query_one("#commits").row_count == 0  # nothing accepted yet
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is main)
+        await pilot.press("e")
+        await until(pilot, lambda: bool(log.of(ev.Accepted)))
+        await pilot.press("h")
+        await until(pilot, lambda: app.screen is screen)  # the same screen, kept
+        await until(pilot, lambda: screen.query_one("#commits").row_count == 1)
+        assert screen.shown == log.of(ev.Accepted)[0].commit
+
+
 async def test_executor_failure_is_a_notification_and_a_transcript_entry(tmp_path):
     script = [reply(tool_use("evaluate", {})), reply(text("The evaluation failed."))]
     async with live(tmp_path, script, kernel_extra="\n// fake: executor-error\n") as (app, pilot, session, log):

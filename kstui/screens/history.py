@@ -72,7 +72,7 @@ class HistoryScreen(Screen):
 
     def on_screen_resume(self) -> None:
         # Kept between visits (the main screen installs it): read git again only if the branch moved.
-        if self.entries and self.history.tip() != self.loaded_tip:
+        if self.history.tip() != self.loaded_tip:
             self.reload()
 
     def reload(self) -> None:
