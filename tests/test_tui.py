@@ -465,6 +465,25 @@ async def test_a_divider_move_is_laid_out_and_painted_before_its_action_returns(
         assert column_widths(main) == after
 
 
+async def test_a_page_of_earlier_entries_is_painted_before_its_action_returns(kernel):
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        transcript = app.main.transcript
+        await transcript.load([ev.ToolCallStarted(1, f"c{i}", "bash", {"command": f"echo {i}"}) for i in range(200)])
+        await pilot.pause()
+        painted = []  # the first block on screen at each frame handed to the driver
+        render_update = app.main._compositor.render_update
+
+        def first_on_screen() -> str:
+            return next(v.title for v in transcript.query(FoldView) if v.region.height)
+
+        app.main._compositor.render_update = lambda *a, **k: (painted.append(first_on_screen()),
+                                                              render_update(*a, **k))[1]
+        await transcript.action_show_earlier()
+        # No wait for the screen's update timer: the page's first entry is already on screen.
+        assert painted and painted[-1] == f"bash echo {200 - 40 - transcript.PAGE}"
+
+
 async def test_no_full_collection_starts_between_a_key_and_its_frame(kernel):
     from kstui.collector import NO_FULL
 

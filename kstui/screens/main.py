@@ -20,7 +20,7 @@ from textual.widgets import Static, Tab, Tabs
 
 from kstui import events as ev
 from kstui.screens.columns import ColumnSplit
-from kstui.screens.relayout import relayout_now
+from kstui.widgets.relayout import relayout_now
 from kstui.widgets.divider import Divider
 from kstui.widgets.footer import AlertFooter
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, SessionEvent

@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Button
 
 from kstui import events as ev
+from kstui.widgets.relayout import relayout_now
 from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import fmt_num, fmt_x
 from kstui.widgets.transcript_state import Block, Change, TranscriptState
@@ -368,6 +369,8 @@ class Transcript(VerticalScroll, can_focus=True):
     async def action_show_earlier(self) -> None:
         await self.show_earlier()
         self.scroll_home(animate=False)
+        # The page is painted now rather than on the screen's next update tick, as a divider move is.
+        relayout_now(self.screen, self)
 
     async def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button is self._earlier:
