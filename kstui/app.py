@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from kstui import events as ev
-from kstui.collector import IDLE_S, IdleCollector
+from kstui.collector import HOLD_S, IDLE_S, IdleCollector
 from kstui.screens.main import MainScreen
 from kstui.widgets.messages import SessionEvent
 from kstui.widgets.transcript import WINDOW
@@ -110,8 +110,10 @@ class KstuiApp(App[int]):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.InputEvent):
+            # Held for a while rather than to the next refresh: a frame already due (streamed text) would
+            # end the hold before the key's own frame, which a scroll's or a screen's comes later still.
             self.collector.hold()
-            self.call_after_refresh(self.collector.release)
+            self.set_timer(HOLD_S, self.collector.release)
         await super().on_event(event)
 
     def _first_frame_out(self) -> None:

@@ -10,10 +10,10 @@ benchmark, and a 1.3 s collection when one finally came).
 So `tick` collects everything once the person has not pressed a key or used the mouse for IDLE_S (at
 most every MIN_GAP_S) and then freezes what is alive: Python's own collections, which go on as usual,
 walk only what was made since. Garbage among the frozen objects waits for the next idle moment. And
-from an input until the frame that shows it, `hold` keeps Python from starting a full collection (the
-young generations are still collected): one the key's own allocations would start runs after its
-frame instead. UI-free: the app calls `hold` on input, `release` after the next refresh, `tick`
-twice a second and `stop` when it exits.
+for HOLD_S after an input, long enough for the frame that shows it, `hold` keeps Python from starting a
+full collection (the young generations are still collected): one that the key's own allocations would
+start runs after its frame instead. UI-free: the app calls `hold` on input, `release` HOLD_S later,
+`tick` twice a second and `stop` when it exits.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 IDLE_S = 1.0
 MIN_GAP_S = 10.0
-HOLD_MAX_S = 0.5  # a hold whose refresh never came ends here
+HOLD_S = 0.1  # from an input, long enough for the frame that shows it (the slowest key's median: 50 ms)
+HOLD_MAX_S = 0.5  # a hold whose release never came ends here
 NO_FULL = 1 << 30  # gen-1 collections before a full one: never, while held
 
 

@@ -18,6 +18,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 from textual import events
+from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
@@ -360,6 +361,20 @@ class Transcript(VerticalScroll, can_focus=True):
             if views:
                 await self.mount_all(views, after=self._earlier)
             self._update_ends()
+
+    # A page at a time, at once: Textual animates a page scroll over many frames, each laying out and
+    # painting the transcript while text streams into it, and the last of them came 100-200 ms after
+    # the key in one press in ten (bench/bench_keys.py).
+
+    def action_page_up(self) -> None:
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.scroll_page_up(animate=False)
+
+    def action_page_down(self) -> None:
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.scroll_page_down(animate=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "show_earlier":
