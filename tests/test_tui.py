@@ -561,6 +561,27 @@ async def test_the_plot_is_drawn_again_for_new_points_and_new_sizes_only(kernel)
         assert drawn == [narrower, width, narrower]
 
 
+async def test_the_footer_rebuilds_its_keys_only_when_they_change(kernel):
+    from kstui.widgets.footer import AlertFooter
+
+    app = KstuiApp(kernel=kernel, watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        footer = app.main.query_one(AlertFooter)
+        await until(pilot, lambda: footer.rebuilds > 0)
+        await pilot.pause()
+        built = footer.rebuilds
+        for status in ("thinking", "tool", "evaluating"):  # each refreshes the bindings; the keys stay
+            app.main.post_message(SessionEvent(ev.StatusChanged(status=status)))
+        await pilot.pause(0.2)
+        assert footer.rebuilds == built
+        # Earlier entries to show: the transcript's `u` joins the footer, which is rebuilt for it.
+        await app.main.transcript.load(
+            [ev.ToolCallStarted(1, f"c{i}", "bash", {"command": f"echo {i}"}) for i in range(100)])
+        await until(pilot, lambda: footer.rebuilds > built)
+        await pilot.pause()
+        assert "u" in [key.key for key in footer.query("FooterKey")]
+
+
 async def test_help_lists_the_keys_and_closes(kernel):
     app = KstuiApp(kernel=kernel, watch=False)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -72,12 +72,14 @@ class HistoryScreen(Screen):
 
     def on_screen_resume(self) -> None:
         # Kept between visits (the main screen installs it): read git again only if the branch moved.
-        if self.history.tip() != self.loaded_tip:
-            self.reload()
+        tip = self.history.tip()
+        if tip != self.loaded_tip:
+            self.reload(tip)
 
-    def reload(self) -> None:
+    def reload(self, tip: str | None = None) -> None:
+        """Read the commits again; `tip`: the branch tip, when the caller has just read it."""
         table = self.query_one("#commits", DataTable)
-        self.loaded_tip = self.history.tip()
+        self.loaded_tip = tip or self.history.tip()
         self.entries = self.history.entries()
         table.clear()
         for entry in self.entries:

@@ -26,7 +26,7 @@ class AlertFooter(Footer):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.alert_keys: frozenset[str] = frozenset()
-        self.rebuilds = 0
+        self.rebuilds = 0  # times the keys were built (tests count them)
         self._composed: tuple | None = None
 
     def set_alert(self, keys: frozenset[str]) -> None:
@@ -36,7 +36,8 @@ class AlertFooter(Footer):
             key.set_class(key.key in keys, "-alert")
 
     def bindings_changed(self, screen: Screen) -> None:
-        if self._bindings_ready and self.is_attached and screen is self.screen and shown_bindings(screen) == self._composed:
+        unchanged = self.is_attached and screen is self.screen and shown_bindings(screen) == self._composed
+        if self._bindings_ready and unchanged:
             return
         super().bindings_changed(screen)
 

@@ -25,9 +25,9 @@ from textual.widget import Widget
 from textual.widgets import Button
 
 from kstui import events as ev
-from kstui.widgets.relayout import relayout_now
 from kstui.widgets.fit import FitStatic
 from kstui.widgets.format import fmt_num, fmt_x
+from kstui.widgets.relayout import relayout_now
 from kstui.widgets.transcript_state import Block, Change, TranscriptState
 
 SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its head
@@ -276,7 +276,8 @@ class Transcript(VerticalScroll, can_focus=True):
     def _at_end(self, scroll_y: float | None = None) -> bool:
         # All of it fits (before the first layout Textual's anchor leaves scroll_y below zero), or the
         # reader is on the last line.
-        return self.max_scroll_y <= 0 or (self.scroll_y if scroll_y is None else scroll_y) >= self.max_scroll_y - 1
+        y = self.scroll_y if scroll_y is None else scroll_y
+        return self.max_scroll_y <= 0 or y >= self.max_scroll_y - 1
 
     def _following(self) -> bool:
         return not self._reading_back and self._at_end()
