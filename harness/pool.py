@@ -15,7 +15,7 @@ import json
 import threading
 from typing import Any
 
-from harness.runner import StartedWorker
+from harness.started_worker import StartedWorker
 
 
 def _key(prep: dict[str, Any], python: str) -> str:

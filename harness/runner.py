@@ -1,20 +1,14 @@
-"""The parent side of an evaluation: build, checks, one fresh worker per GPU, budgets, hard kill.
+"""The parent side of an evaluation: resolve the task, build, checks, one fresh worker per GPU, the merged result.
 
 Never imports torch: a worker that segfaults, aborts, hangs or poisons its CUDA context takes only
-itself down. Each worker runs in its own process group so a kill reaches anything it started.
+itself down (harness.started_worker runs each in its own process group, within its budgets).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import secrets
-import selectors
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,15 +19,13 @@ from typing import TYPE_CHECKING, Any
 from harness.merge import split_balanced
 from harness.result import BuildReport, Check, EvalResult, ScenarioResult
 from harness.taskfile import TaskFileError, load_task_file
+from harness.started_worker import StartedWorker, WorkerOutcome, scenario_dicts
 from harness.tasks import get_task
 from harness.tasks.base import Scenario, ScenarioError, Task
 
 if TYPE_CHECKING:
     from harness.pool import WorkerPool
 
-STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
-LOG_TAIL = 2000
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 class BadInput(Exception):
@@ -89,7 +81,7 @@ def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, dev
     return {"task": task.name, "options": options, "device_index": device_index,
             "cache_path": str((cache_dir or _default_cache()) / "baselines.json"),
             # Untimed first: their references are quick to warm and come first in the job.
-            "warm": _scenario_dicts(sorted(scenarios, key=lambda s: s.timed))}
+            "warm": scenario_dicts(sorted(scenarios, key=lambda s: s.timed))}
 
 
 def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) -> EvalResult:
@@ -190,205 +182,3 @@ def _timing_checks(scenarios: list[ScenarioResult]) -> list[Check]:
         bad = [s for s in scenarios if s.verdict == verdict]
         out.append(Check(name, not bad, "; ".join(f"{s.id}: {s.detail}" for s in bad[:3])))
     return out
-
-
-@dataclass
-class WorkerOutcome:
-    results: list[ScenarioResult]
-    device: dict[str, Any] | None
-    error: str | None
-    profile: dict[str, float]
-
-
-def _scenario_dicts(scenarios: list[Scenario]) -> list[dict[str, Any]]:
-    return [{"id": s.id, "timed": s.timed, "params": s.params, "group": s.group} for s in scenarios]
-
-
-class StartedWorker:
-    """A worker process, started with its preparation; run() gives it the job and reads its results.
-
-    The preparation (torch, the CUDA context, the measured peaks, the baselines' first calls) does
-    not depend on the kernel, so a worker can be started long before it is run (harness.pool).
-    """
-
-    def __init__(self, prep: dict[str, Any], python: str) -> None:
-        self.prep = prep
-        self.python = python
-        self._read_fd, write_fd = os.pipe()
-        self._log = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-                   PYTHONUNBUFFERED="1")
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen([python, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=self._log,
-                                     stderr=self._log, pass_fds=(write_fd,), start_new_session=True, env=env,
-                                     cwd=tempfile.gettempdir())
-        os.close(write_fd)
-        line = (json.dumps({**prep, "fd": write_fd}) + "\n").encode()
-        # The worker reads this only after importing torch: write from a thread so a long preparation
-        # (many scenarios to warm) never blocks the caller on a full pipe.
-        self._writer = threading.Thread(target=self._write, args=(line,), daemon=True)
-        self._writer.start()
-        self._closed = False
-
-    def _write(self, data: bytes, close: bool = False) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
-            if close:
-                self.proc.stdin.close()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
-
-    def _send_job(self, line: bytes) -> None:
-        self._writer.join()  # after the preparation, never interleaved with it
-        self._write(line, close=True)
-
-    def alive(self) -> bool:
-        return not self._closed and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        _kill(self.proc)
-        os.close(self._read_fd)
-        self._log.close()
-
-    def run(self, job: dict[str, Any], scenarios: list[Scenario], scenario_timeout_s: float,
-            total_timeout_s: float) -> WorkerOutcome:
-        """Run the job over scenarios; every scenario gets a result, whatever the worker does."""
-        job_line = (json.dumps({**job, "scenarios": _scenario_dicts(scenarios)}) + "\n").encode()
-        device_index = self.prep.get("device_index")
-        results: dict[str, ScenarioResult] = {}
-        device: dict[str, Any] | None = None
-        current: str | None = None
-        failure: tuple[str, str] | None = None  # (verdict, detail) for the scenario in flight
-        error: str | None = None
-        stopped_at: str | None = None
-        warming: str | None = None
-        profile: dict[str, float] = {}
-        began = time.monotonic()
-        # A worker started long ago and idle since has its "device" and "ready" lines waiting.
-        deadline = max(self.started + STARTUP_TIMEOUT_S, began + 1.0)
-        total_deadline = began + total_timeout_s
-        read_fd, proc, log = self._read_fd, self.proc, self._log
-        # Sent at once: a worker still warming up stops there and starts on the job.
-        threading.Thread(target=self._send_job, args=(job_line,), daemon=True).start()
-        sel = selectors.DefaultSelector()
-        sel.register(read_fd, selectors.EVENT_READ)
-        buf = b""
-        try:
-            while True:
-                now = time.monotonic()
-                limit = min(deadline, total_deadline)
-                if now >= limit:
-                    _kill(proc)
-                    if warming is not None:
-                        error = (f"the worker hung warming up {warming} "
-                                 f"(past the per-scenario budget of {scenario_timeout_s:.0f} s)")
-                    elif current is None and device is None:
-                        error = f"the worker did not start within {STARTUP_TIMEOUT_S:.0f} s"
-                    elif now >= total_deadline:
-                        failure = ("timeout", f"the evaluation ran past its total budget of {total_timeout_s:.0f} s")
-                    else:
-                        failure = ("timeout", f"ran past the per-scenario budget of {scenario_timeout_s:.0f} s (a hang?)")
-                    break
-                if not sel.select(timeout=min(1.0, limit - now)):
-                    continue
-                chunk = os.read(read_fd, 1 << 16)
-                if not chunk:
-                    rc = proc.wait()
-                    if current is not None:
-                        failure = ("crash", _describe_exit(rc, log))
-                    elif not results:
-                        error = f"the worker failed before running anything: {_describe_exit(rc, log)}"
-                    break
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                done = False
-                for line in lines:
-                    try:
-                        msg = json.loads(line)
-                        kind = msg["kind"]
-                    except (ValueError, KeyError, TypeError):
-                        failure = ("crash", "the worker's result stream was corrupted")
-                        _kill(proc)
-                        done = True
-                        break
-                    if kind == "device":
-                        device = msg["device"]
-                        profile["worker_startup_s"] = time.monotonic() - began
-                    elif kind == "warm":
-                        warming = msg["id"]
-                        deadline = time.monotonic() + scenario_timeout_s
-                    elif kind == "ready":
-                        warming = None
-                        profile["worker_wait_s"] = time.monotonic() - began
-                        deadline = time.monotonic() + scenario_timeout_s
-                    elif kind == "start":
-                        current = msg["id"]
-                        deadline = time.monotonic() + scenario_timeout_s
-                    elif kind == "result":
-                        res = ScenarioResult(**msg["scenario"])
-                        results[res.id] = res
-                        if res.verdict == "crash":
-                            stopped_at = res.id
-                        current = None
-                        deadline = time.monotonic() + scenario_timeout_s
-                    elif kind == "done":
-                        profile.update(msg.get("profile", {}))
-                        done = True
-                if done:
-                    break
-        finally:
-            sel.close()
-            self.kill()
-        if current is not None and failure is not None:
-            results[current] = ScenarioResult(id=current, timed=_timed(scenarios, current), correct=False,
-                                              verdict=failure[0], detail=failure[1], gpu=device_index)
-        stopped_at = current or stopped_at or (error and "startup")
-        out = []
-        for s in scenarios:
-            if s.id in results:
-                out.append(results[s.id])
-            else:
-                why = f"not run: the evaluation stopped at {stopped_at}" if stopped_at else "not run"
-                out.append(ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="skipped", detail=why,
-                                          gpu=device_index))
-        profile["worker_s"] = time.monotonic() - began
-        return WorkerOutcome(out, device, error, profile)
-
-
-def run_worker(prep: dict[str, Any], job: dict[str, Any], scenarios: list[Scenario], python: str,
-               scenario_timeout_s: float, total_timeout_s: float) -> WorkerOutcome:
-    """Start a worker and run it at once: an evaluation without a prepared worker."""
-    return StartedWorker(prep, python).run(job, scenarios, scenario_timeout_s, total_timeout_s)
-
-
-def _timed(scenarios: list[Scenario], sid: str) -> bool:
-    return next(s.timed for s in scenarios if s.id == sid)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _describe_exit(rc: int, log: Any) -> str:
-    log.seek(0, os.SEEK_END)
-    size = log.tell()
-    log.seek(max(0, size - LOG_TAIL))
-    lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-    tail = lines[-1].strip() if lines else ""
-    if rc < 0:
-        try:
-            how = f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            how = f"killed by signal {-rc}"
-    else:
-        how = f"exited with code {rc}"
-    return f"the worker {how}" + (f": {tail[:300]}" if tail else "")

@@ -18,7 +18,8 @@ from nvcc_support import needs_nvcc
 from pathlib import Path
 
 from harness.pool import WorkerPool
-from harness.runner import EvalOptions, evaluate, run_worker
+from harness.runner import EvalOptions, evaluate
+from harness.started_worker import run_worker
 from harness.tasks import get_task
 from harness.tasks.base import Scenario
 
