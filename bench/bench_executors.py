@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from executor_support import ECHO_HARNESS, fake_python, write_kernel  # noqa: E402
 from sshd_fixture import SshdUnavailable, running_sshd  # noqa: E402
 
-from kstui.executors import Executor, LocalExecutor  # noqa: E402
+from kstui.executors.local import LocalExecutor
+from kstui.executors.protocol import Executor  # noqa: E402
 
 TARGET_MS = {"ssh": 300.0, "ray": 500.0}
 EXTRA = ["--check-only"]  # no GPU here, and Ray then asks for none
@@ -46,7 +47,7 @@ async def timed_ms(ex: Executor, kernel: Path) -> float:
 async def ray_executor(echo: Path) -> AsyncIterator[Executor]:
     import ray
 
-    from kstui.remote.ray import RayExecutor
+    from kstui.executors.ray import RayExecutor
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ex = RayExecutor(python=str(echo))

@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes import FakeExecutor, kernel_text, make_workspace  # noqa: E402
 
-from kstui import events as ev  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
 from kstui.app import KstuiApp  # noqa: E402
-from kstui.config import SessionConfig  # noqa: E402
-from kstui.history import History  # noqa: E402
-from kstui.session import Session  # noqa: E402
+from kstui.engine.config import SessionConfig  # noqa: E402
+from kstui.engine.history import History  # noqa: E402
+from kstui.engine.session import Session  # noqa: E402
 
 COMMITS = 60
 # Each reply streams 40 paragraphs of 20 words, two words a delta, 100 deltas a second (about 4 s), then

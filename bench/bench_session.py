@@ -32,11 +32,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes import FakeExecutor, make_workspace  # noqa: E402
 
-import kstui.agent  # noqa: E402,F401  (a one-time import, seconds on a busy machine: not per-call overhead)
-from kstui.config import SessionConfig  # noqa: E402
-from kstui.events import AssistantMessage, Error, Event, ToolCallFinished  # noqa: E402
-from kstui.session import Session  # noqa: E402
-from kstui.trace import TraceWriter, read_trace  # noqa: E402
+import kstui.engine.agent  # noqa: E402,F401  (a one-time import, seconds on a busy machine: not per-call overhead)
+from kstui.engine.config import SessionConfig  # noqa: E402
+from kstui.engine.events import AssistantMessage, Error, Event, ToolCallFinished  # noqa: E402
+from kstui.engine.session import Session  # noqa: E402
+from kstui.engine.trace import TraceWriter, read_trace  # noqa: E402
 
 
 class ReplayAgent:

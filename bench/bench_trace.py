@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kstui.events import (
+from kstui.engine.events import (
     AssistantMessage,
     Event,
     TextDelta,
@@ -26,7 +26,7 @@ from kstui.events import (
     TurnStarted,
     Usage,
 )
-from kstui.trace import TraceWriter, read_trace
+from kstui.engine.trace import TraceWriter, read_trace
 
 _KERNEL_READ = ("    float acc = fmaf(q[i], k[i], acc);  // line of a kernel\n" * 350)[:20_000]
 _FAKE_KEY = "sk-ant-api03-" + "Bench0Key1Not2Real3" * 5

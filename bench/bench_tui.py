@@ -86,7 +86,7 @@ def first_frame_s(workspace: Path, *, agent: bool = False, kernel_source: str = 
 
 
 def imports_torch() -> bool:
-    code = "import sys, kstui.app, kstui.cli, kstui.session; print('torch' in sys.modules)"
+    code = "import sys, kstui.app, kstui.cli, kstui.engine.session; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     return out.stdout.strip() == "True"
 
@@ -110,7 +110,7 @@ def rss_mb() -> float:
 
 
 async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]:
-    from kstui import events as ev
+    from kstui.engine import events as ev
     from kstui.app import KstuiApp
 
     kernel = workspace / "bench.cu"

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.timer import Timer
 
-from kstui import events as ev
+from kstui.engine import events as ev
 from kstui.collector import HOLD_S, IDLE_S, IdleCollector
 from kstui.screens.main import MainScreen
 from kstui.widgets.messages import SessionEvent
@@ -215,7 +215,7 @@ def run_session_app(session: Any, *, gc_held: bool = False) -> int:
 
 
 def run_log_app(kernel: Path, branch: str | None = None) -> int:
-    from kstui.history import History, HistoryError
+    from kstui.engine.history import History, HistoryError
 
     try:
         history = History(kernel, branch)
@@ -239,8 +239,8 @@ def replay_kernel(trace: Path, events: list[ev.Event]) -> Path:
 
 
 def run_replay_app(trace: Path) -> int:
-    from kstui.history import History, HistoryError
-    from kstui.trace import TraceError, read_trace
+    from kstui.engine.history import History, HistoryError
+    from kstui.engine.trace import TraceError, read_trace
 
     try:
         events = list(read_trace(trace))

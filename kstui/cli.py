@@ -117,7 +117,7 @@ def _check_workspace(workspace: Path) -> None:
 
 def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
     """Validate everything and build the Session (raises BadInput); nothing has started yet."""
-    from kstui.config import ConfigError, build_config
+    from kstui.engine.config import ConfigError, build_config
 
     kernel = check_kernel(args.file)
     flags = {
@@ -138,11 +138,12 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         raise BadInput(f"{config.questions}: no such questions file")
     _check_workspace(config.workspace)
 
-    from kstui.executors import ExecutorError, make_executor
-    from kstui.history import History, HistoryError
-    from kstui.questions import QuestionBank, QuestionBankError, bank_paths
-    from kstui.session import Session
-    from kstui.trace import latest_session
+    from kstui.executors.factory import make_executor
+    from kstui.executors.protocol import ExecutorError
+    from kstui.engine.history import History, HistoryError
+    from kstui.engine.questions import QuestionBank, QuestionBankError, bank_paths
+    from kstui.engine.session import Session
+    from kstui.engine.trace import latest_session
 
     try:
         bank = QuestionBank.load(*bank_paths(config.workspace, config.questions))
@@ -165,7 +166,7 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
 def _cmd_run(argv: Sequence[str], prog: str) -> int:
     args = _run_parser(prog).parse_args(argv)
     if args.headless:
-        from kstui.headless import run_headless
+        from kstui.views.headless import run_headless
 
         return asyncio.run(run_headless(prepare_session(args, headless=True)))
     # What start-up makes (modules, the session, the panes) lives as long as the app, so collecting
@@ -193,7 +194,7 @@ def _cmd_log(argv: Sequence[str]) -> int:
     if not kernel.is_file():
         raise BadInput(f"{kernel}: no such file")
     if args.print:
-        from kstui.history import History, HistoryError
+        from kstui.engine.history import History, HistoryError
 
         try:
             entries = History(kernel.resolve(), args.branch).entries()
@@ -219,16 +220,16 @@ def _cmd_replay(argv: Sequence[str]) -> int:
         trace = trace / "trace.jsonl"
     if not trace.is_file():
         raise BadInput(f"{trace}: no such trace")
-    from kstui.trace import TraceError, read_trace
+    from kstui.engine.trace import TraceError, read_trace
 
     try:
         if args.analysis:
-            from kstui.analysis import analyse, format_table
+            from kstui.engine.analysis import analyse, format_table
 
             sys.stdout.write(format_table(analyse(list(read_trace(trace)))) + "\n")
             return 0
         if args.print:
-            from kstui.headless import HeadlessPrinter
+            from kstui.views.headless import HeadlessPrinter
 
             HeadlessPrinter(sys.stdout).print_events(read_trace(trace))
             return 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.result import BuildReport, Check, CompileError, EvalResult, ScenarioResult
-from kstui.executors import ExecutorError
+from kstui.executors.protocol import ExecutorError
 
 _DIRECTIVE = re.compile(r"//\s*fake:\s*([a-z-]+)(?:=(\S+))?")
 DEFAULT_SCENARIOS = {

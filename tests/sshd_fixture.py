@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kstui.remote.ssh import SshExecutor, SshTarget
+from kstui.executors.ssh import SshExecutor, SshTarget
 
 
 def _tool(name: str) -> str | None:

@@ -23,11 +23,11 @@ from messages_server import (
     tool_use_raw,
 )
 
-from kstui.agent import COMPACTED_MARK, DEFAULT_MODEL, Agent, AgentConfig, AgentError, sendable_content
-from kstui.events import AssistantMessage, ContextTrimmed, Notice, Retry, TextDelta, ThinkingDelta, Usage
-from kstui.pricing import CACHE_WRITE_5M, MODELS, RequestTokens, request_cost
-from kstui.prompts import system_prompt
-from kstui.tools import Toolbox
+from kstui.engine.agent import COMPACTED_MARK, DEFAULT_MODEL, Agent, AgentConfig, AgentError, sendable_content
+from kstui.engine.events import AssistantMessage, ContextTrimmed, Notice, Retry, TextDelta, ThinkingDelta, Usage
+from kstui.engine.pricing import CACHE_WRITE_5M, MODELS, RequestTokens, request_cost
+from kstui.engine.prompts import system_prompt
+from kstui.engine.tools import Toolbox
 
 TOOLS = [
     {"name": "read_file", "description": "read", "input_schema": {"type": "object", "properties": {}}},

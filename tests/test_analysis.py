@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from kstui.analysis import NO_QUESTION, UNCLASSIFIED, analyse, analyse_trace, format_table, totals_by_kind
-from kstui.events import (
+from kstui.engine.analysis import NO_QUESTION, UNCLASSIFIED, analyse, analyse_trace, format_table, totals_by_kind
+from kstui.engine.events import (
     Accepted,
     EvaluationFinished,
     EvaluationStarted,
@@ -17,7 +17,7 @@ from kstui.events import (
     SessionStarted,
     TextDelta,
 )
-from kstui.trace import TraceWriter
+from kstui.engine.trace import TraceWriter
 
 
 class Script:

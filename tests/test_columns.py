@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kstui.screens.columns import MIN_CELLS, ColumnSplit
+from kstui.views.columns import MIN_CELLS, ColumnSplit
 
 
 @pytest.mark.parametrize("total", [100, 117, 140, 200, 321])

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from kstui.config import ConfigError, build_config, read_config_file
+from kstui.engine.config import ConfigError, build_config, read_config_file
 
 
 @pytest.fixture

@@ -14,15 +14,11 @@ import pytest
 from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel
 
 from harness.result import EvalResult
-from kstui.executors import (
-    DevicePool,
-    Executor,
-    ExecutorError,
-    LocalExecutor,
-    TemplateExecutor,
-    make_executor,
-    parse_devices,
-)
+from kstui.executors.devices import DevicePool, parse_devices
+from kstui.executors.factory import make_executor
+from kstui.executors.local import LocalExecutor
+from kstui.executors.protocol import Executor, ExecutorError
+from kstui.executors.template import TemplateExecutor
 
 
 @pytest.fixture
@@ -295,6 +291,6 @@ def test_make_executor_rejects_bad_flags(kwargs: dict, expected: str) -> None:
 def test_no_textual_or_torch_import() -> None:
     import subprocess
 
-    code = "import sys, kstui.executors; print(any(m.split('.')[0] in ('torch', 'textual', 'ray') for m in sys.modules))"
+    code = "import sys, kstui.executors.factory; print(any(m.split('.')[0] in ('torch', 'textual', 'ray') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

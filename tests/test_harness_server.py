@@ -18,7 +18,8 @@ from fake_worker import fake_python  # noqa: F401 (a fixture)
 from nvcc_support import needs_nvcc
 
 from harness.serve import serve
-from kstui.executors import ExecutorError, LocalExecutor
+from kstui.executors.local import LocalExecutor
+from kstui.executors.protocol import ExecutorError
 
 ROOT = Path(__file__).resolve().parents[1]
 

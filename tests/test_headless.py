@@ -8,10 +8,10 @@ from pathlib import Path
 from fakes import FakeExecutor, kernel_text, make_workspace
 from messages_server import MessagesServer, reply, text, tool_use
 
-from kstui.config import SessionConfig
-from kstui.events import Accepted, Rejected, TextDelta, ThinkingDelta, ToolCallStarted
-from kstui.headless import HeadlessPrinter, run_headless
-from kstui.session import Session
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import Accepted, Rejected, TextDelta, ThinkingDelta, ToolCallStarted
+from kstui.views.headless import HeadlessPrinter, run_headless
+from kstui.engine.session import Session
 
 
 def test_deltas_are_joined_into_lines() -> None:

@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 from rich.syntax import Syntax
 
-from kstui.widgets.highlight import HighlightedLines
+from kstui.views.highlight import HighlightedLines
 
 ROOT = Path(__file__).resolve().parents[1]
 TRICKY = (

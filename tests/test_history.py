@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.result import BuildReport, EvalResult, ScenarioResult
-from kstui.history import FALLBACK_EMAIL, FALLBACK_NAME, History, HistoryError, fold
+from kstui.engine.history import FALLBACK_EMAIL, FALLBACK_NAME, History, HistoryError, fold
 
 KERNEL_V0 = "__global__ void k() {}\n"
 

@@ -25,7 +25,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_engine_modules_never_import_textual() -> None:
     modules = _engine_modules()
-    assert {"kstui.session", "kstui.cli", "kstui.headless", "kstui.config", "kstui.watcher"} <= set(modules)
+    assert {"kstui.engine.session", "kstui.cli", "kstui.views.headless", "kstui.engine.config", "kstui.engine.watcher"} <= set(modules)
     code = (
         "import importlib, json, sys\n"
         f"for name in {modules!r}:\n"

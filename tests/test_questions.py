@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kstui.events import Accepted, EvaluationStarted, QuestionAsked, Rejected, TurnFinished
-from kstui.questions import (
+from kstui.engine.events import Accepted, EvaluationStarted, QuestionAsked, Rejected, TurnFinished
+from kstui.engine.questions import (
     DEFAULT_BANK,
     WHEN,
     QuestionBank,

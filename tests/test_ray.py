@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from executor_support import ECHO_HARNESS, fake_python, write_kernel
 
-from kstui.executors import ExecutorError, make_executor
+from kstui.executors.factory import make_executor
+from kstui.executors.protocol import ExecutorError
 
 REPO = Path(__file__).resolve().parent.parent
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install 'kstui[ray]')")
@@ -27,7 +28,7 @@ def test_missing_ray_is_one_line_with_the_install_command(tmp_path: Path) -> Non
     kernel = write_kernel(tmp_path)
     code = (
         "import asyncio, sys; sys.modules['ray'] = None\n"  # as if Ray were not installed
-        "from kstui.executors import make_executor, ExecutorError\n"
+        "from kstui.executors.factory import make_executor\nfrom kstui.executors.protocol import ExecutorError\n"
         f"ex = make_executor('ray', None, None)\n"
         "try:\n"
         f"    asyncio.run(ex.evaluate({str(kernel)!r}, extra_args=['--check-only']))\n"
@@ -70,7 +71,7 @@ async def test_check_only_through_the_real_harness(ray_instance: None, kernel: P
 
 @needs_ray
 async def test_shards_run_on_separate_gpus_and_merge(ray_instance: None, tmp_path: Path) -> None:
-    from kstui.remote.ray import RayExecutor
+    from kstui.executors.ray import RayExecutor
 
     kernel = write_kernel(tmp_path / "k")
     ex = RayExecutor(shards=2, python=str(fake_python(tmp_path / "echo", ECHO_HARNESS)))
@@ -87,7 +88,7 @@ async def test_shards_run_on_separate_gpus_and_merge(ray_instance: None, tmp_pat
 
 @needs_ray
 async def test_each_shard_asked_for_its_part_on_one_gpu(ray_instance: None, tmp_path: Path) -> None:
-    from kstui.remote import ray as ray_executor
+    from kstui.executors import ray as ray_executor
 
     kernel = write_kernel(tmp_path / "k")
     echo = str(fake_python(tmp_path / "echo", ECHO_HARNESS))
@@ -104,7 +105,7 @@ async def test_each_shard_asked_for_its_part_on_one_gpu(ray_instance: None, tmp_
 
 @needs_ray
 async def test_a_failing_harness_is_one_line(ray_instance: None, tmp_path: Path) -> None:
-    from kstui.remote.ray import RayExecutor
+    from kstui.executors.ray import RayExecutor
 
     ex = RayExecutor(python=str(fake_python(tmp_path / "bad", "print('core dumped')\nraise SystemExit(134)\n")))
     try:
@@ -117,7 +118,7 @@ async def test_a_failing_harness_is_one_line(ray_instance: None, tmp_path: Path)
 
 def test_scenario_order_is_the_harness_order(tmp_path: Path) -> None:
     from harness.runner import EvalOptions, resolve
-    from kstui.remote.ray import scenario_order
+    from kstui.executors.ray import scenario_order
 
     for suffix in (".cu", ".toml"):
         shutil.copy(REPO / "workspace" / f"rmsnorm{suffix}", tmp_path / f"rmsnorm{suffix}")

@@ -12,8 +12,8 @@ from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 from messages_server import MessagesServer, reply, text, tool_use
 
 from harness.result import EvalResult
-from kstui.config import SessionConfig
-from kstui.events import (
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import (
     Accepted,
     AssistantMessage,
     Error,
@@ -28,8 +28,8 @@ from kstui.events import (
     ToolCallFinished,
     TurnStarted,
 )
-from kstui.session import Session
-from kstui.trace import read_trace
+from kstui.engine.session import Session
+from kstui.engine.trace import read_trace
 
 API_KEY = "sk-ant-test-0123456789abcdef"
 LIMIT_CLAIM = "The kernel is now at the hardware limit: it is memory-bound and there is nothing left to gain."

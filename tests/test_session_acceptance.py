@@ -12,9 +12,9 @@ import pytest
 from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 
 from harness.result import EvalResult
-from kstui.config import SessionConfig
-from kstui.events import Accepted, Error, EvaluationStarted, Rejected, Rewound, SessionStarted
-from kstui.session import Session, judge
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import Accepted, Error, EvaluationStarted, Rejected, Rewound, SessionStarted
+from kstui.engine.session import Session, judge
 
 
 def _result(text: str, spread: float = 0.2, **kw: Any) -> EvalResult:

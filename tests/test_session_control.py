@@ -11,9 +11,9 @@ import pytest
 from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 from messages_server import MessagesServer, ServerUsage, reply, text, tool_use
 
-from kstui.agent import COMPACTED_MARK, Agent, AgentConfig
-from kstui.config import SessionConfig
-from kstui.events import (
+from kstui.engine.agent import COMPACTED_MARK, Agent, AgentConfig
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import (
     Accepted,
     ContextTrimmed,
     EvaluationFinished,
@@ -27,7 +27,7 @@ from kstui.events import (
     TurnFinished,
     TurnStarted,
 )
-from kstui.session import Session
+from kstui.engine.session import Session
 
 KEY = "sk-ant-control-test"
 

@@ -9,10 +9,10 @@ from fakes import EventLog
 from nvcc_support import needs_nvcc
 
 from harness.result import EvalResult
-from kstui.config import SessionConfig
-from kstui.events import Accepted, EvaluationFinished, Rejected, SessionStarted
-from kstui.executors import LocalExecutor
-from kstui.session import Session
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import Accepted, EvaluationFinished, Rejected, SessionStarted
+from kstui.executors.local import LocalExecutor
+from kstui.engine.session import Session
 
 
 @needs_nvcc

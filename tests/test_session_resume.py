@@ -13,8 +13,8 @@ from typing import Any
 from fakes import make_workspace
 from messages_server import MessagesServer, reply, text, tool_use
 
-from kstui.events import Accepted, EvaluationStarted, SessionStarted, ToolCallFinished
-from kstui.trace import read_trace
+from kstui.engine.events import Accepted, EvaluationStarted, SessionStarted, ToolCallFinished
+from kstui.engine.trace import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKES = Path(__file__).resolve().parent / "fakes.py"

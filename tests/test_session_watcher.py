@@ -4,7 +4,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from kstui.watcher import FileWatcher
+from kstui.engine.watcher import FileWatcher
 
 
 async def _collect(path: Path, action, settle_s: float = 0.1, wait_s: float = 1.0) -> int:

@@ -18,8 +18,9 @@ import pytest
 from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel
 from sshd_fixture import SshServer, free_port, sshd  # noqa: F401  (sshd is a fixture)
 
-from kstui.executors import ExecutorError, make_executor
-from kstui.remote.ssh import SshExecutor, SshTarget
+from kstui.executors.factory import make_executor
+from kstui.executors.protocol import ExecutorError
+from kstui.executors.ssh import SshExecutor, SshTarget
 
 REPO = Path(__file__).resolve().parent.parent
 

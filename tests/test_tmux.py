@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fakes import make_workspace  # noqa: E402
 from messages_server import MessagesServer, reply, text, tool_use  # noqa: E402
 
-from kstui import events as ev  # noqa: E402
-from kstui.history import History  # noqa: E402
-from kstui.trace import latest_session, read_trace, trace_path  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
+from kstui.engine.history import History  # noqa: E402
+from kstui.engine.trace import latest_session, read_trace, trace_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KSTUI = Path(sys.executable).with_name("kstui")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kstui import sandbox as sandbox_mod
-from kstui.tools import Toolbox, ToolOutcome, scrubbed_environment
+from kstui.engine import sandbox as sandbox_mod
+from kstui.engine.tools import Toolbox, ToolOutcome, scrubbed_environment
 
 KERNEL = "__global__ void k() {}\n"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kstui.events import (
+from kstui.engine.events import (
     Accepted,
     AssistantMessage,
     QuestionAsked,
@@ -24,7 +24,7 @@ from kstui.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from kstui.trace import (
+from kstui.engine.trace import (
     REDACTED,
     Scrubber,
     TraceError,
@@ -147,8 +147,8 @@ def test_scrubber_from_mapping():
 WRITER = textwrap.dedent(
     """
     import sys
-    from kstui.events import ToolCallFinished
-    from kstui.trace import TraceWriter
+    from kstui.engine.events import ToolCallFinished
+    from kstui.engine.trace import TraceWriter
     w = TraceWriter(sys.argv[1])
     big = "x" * 4_000_000
     i = 0

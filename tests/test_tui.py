@@ -18,9 +18,9 @@ from pilot_support import until  # noqa: E402
 from test_tui_events import KERNEL, T0, fake_result, recorded_run  # noqa: E402
 
 from harness.result import EvalResult  # noqa: E402
-from kstui import events as ev  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
 from kstui.app import KstuiApp, replay_kernel  # noqa: E402
-from kstui.history import History  # noqa: E402
+from kstui.engine.history import History  # noqa: E402
 from kstui.screens.confirm import ConfirmScreen  # noqa: E402
 from kstui.screens.help import HelpScreen  # noqa: E402
 from kstui.screens.history import HistoryScreen  # noqa: E402

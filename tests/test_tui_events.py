@@ -9,10 +9,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import FakeExecutor  # noqa: E402
 
-from kstui import events as ev  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
 from kstui.widgets.source import SourceState, changed_lines  # noqa: E402
-from kstui.widgets.speedup_state import SpeedupState  # noqa: E402
-from kstui.widgets.transcript_state import TranscriptState  # noqa: E402
+from kstui.views.speedup_state import SpeedupState  # noqa: E402
+from kstui.views.transcript_state import TranscriptState  # noqa: E402
 
 T0 = 1_780_000_000.0  # a fixed clock: snapshots and replays must not depend on when they ran
 KERNEL = """#include <cuda_runtime.h>
@@ -148,7 +148,7 @@ def test_changed_lines_marks_inserted_and_replaced_lines(tmp_path):
 
 
 def test_speedup_state_says_where_the_last_evaluation_ran():
-    from kstui.widgets.speedup_state import SpeedupState, describe_device
+    from kstui.views.speedup_state import SpeedupState, describe_device
 
     device = {"host": "gpu1", "index": 0, "name": "NVIDIA H200", "queue_wait_s": 1.25}
     assert describe_device({"device": device}) == "gpu1 · GPU 0 NVIDIA H200 · queued 1.2 s"

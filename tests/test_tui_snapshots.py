@@ -16,7 +16,7 @@ from test_tui import history  # noqa: E402,F401  (the fixture: two accepted kern
 from test_tui_events import KERNEL, recorded_run  # noqa: E402
 
 from kstui.app import KstuiApp  # noqa: E402
-from kstui.questions import QuestionBank  # noqa: E402
+from kstui.engine.questions import QuestionBank  # noqa: E402
 from kstui.screens.bank import BankScreen  # noqa: E402
 from kstui.widgets.messages import SessionEvent  # noqa: E402
 

@@ -64,7 +64,7 @@ def test_an_agent_session_is_built_without_importing_the_sdk(kernel):
 import json, sys
 from kstui.cli import _run_parser, prepare_session
 session = prepare_session(_run_parser("kstui").parse_args([{str(kernel)!r}]), headless=False)
-print(json.dumps({{"sdk": "anthropic" in sys.modules, "agent_module": "kstui.agent" in sys.modules,
+print(json.dumps({{"sdk": "anthropic" in sys.modules, "agent_module": "kstui.engine.agent" in sys.modules,
                   "manual": session.config.manual}}))
 """
     result = fresh_python(code, ANTHROPIC_API_KEY="sk-test-not-a-key", ANTHROPIC_BASE_URL="http://127.0.0.1:9")
@@ -85,7 +85,7 @@ seen = {{}}
 on_ready = KstuiApp.on_ready
 
 def recording(self):
-    seen["sdk_at_first_frame"] = "kstui.agent" in sys.modules or "anthropic" in sys.modules
+    seen["sdk_at_first_frame"] = "kstui.engine.agent" in sys.modules or "anthropic" in sys.modules
     on_ready(self)
 
 KstuiApp.on_ready = recording
@@ -110,9 +110,9 @@ print(json.dumps(seen))
 async def test_an_agent_whose_view_never_draws_is_made_all_the_same(kernel, monkeypatch):
     import asyncio
 
-    from kstui import session as session_module
-    from kstui.config import SessionConfig
-    from kstui.session import Session
+    from kstui.engine import session as session_module
+    from kstui.engine.config import SessionConfig
+    from kstui.engine.session import Session
 
     from fakes import FakeExecutor  # noqa: E402
 
@@ -184,7 +184,7 @@ async def test_a_divider_move_does_not_render_the_middle_columns_own_blank_lines
 async def test_the_plot_replaces_its_placeholder_with_the_first_geomean(kernel):
     from test_tui_events import fake_result
 
-    from kstui import events as ev
+    from kstui.engine import events as ev
     from kstui.widgets.messages import SessionEvent
 
     app = KstuiApp(kernel=kernel, watch=False)

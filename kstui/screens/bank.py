@@ -21,7 +21,7 @@ TRIGGER_TITLES = {"stall": "for a stalled run", "claimed_limit": "for a claimed 
 
 @dataclass
 class BankChoice:
-    question: Any  # kstui.questions.Question
+    question: Any  # kstui.engine.questions.Question
     edit: bool = False
 
 

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer
 
 from kstui.screens.confirm import ConfirmScreen
 from kstui.widgets.fit import FitStatic
-from kstui.widgets.format import SOURCE_ICONS, fmt_x, result_summary
+from kstui.views.format import SOURCE_ICONS, fmt_x, result_summary
 from kstui.widgets.speedup import ScenarioTable
 
 

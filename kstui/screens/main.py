@@ -18,13 +18,13 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Static, Tab, Tabs
 
-from kstui import events as ev
-from kstui.screens.columns import ColumnSplit
+from kstui.engine import events as ev
+from kstui.views.columns import ColumnSplit
 from kstui.widgets.relayout import relayout_now
 from kstui.widgets.divider import Divider
 from kstui.widgets.footer import AlertFooter
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, SessionEvent
-from kstui.widgets.questions import QuestionBox, QueueList
+from kstui.widgets.question_box import QuestionBox, QueueList
 from kstui.widgets.source import SourcePane
 from kstui.widgets.speedup import SpeedupPanel
 from kstui.widgets.transcript import WINDOW, Transcript

@@ -8,7 +8,7 @@ from typing import Any
 
 from textual.screen import Screen
 
-from kstui import events as ev
+from kstui.engine import events as ev
 from kstui.widgets.messages import SessionEvent
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)

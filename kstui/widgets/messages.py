@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from kstui import events as ev
+from kstui.engine import events as ev
 
 
 @dataclass

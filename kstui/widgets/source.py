@@ -15,9 +15,9 @@ from textual.selection import Selection
 from textual.strip import Strip
 from textual.timer import Timer
 
-from kstui import events as ev
-from kstui.watcher import FileWatcher
-from kstui.widgets.highlight import HighlightedLines
+from kstui.engine import events as ev
+from kstui.engine.watcher import FileWatcher
+from kstui.views.highlight import HighlightedLines
 from kstui.widgets.steady import SteadyScrollbars
 
 # Writes arrive in bursts (an editor's temp file + rename, the agent's several edits): wait this long

@@ -10,11 +10,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
-from kstui import events as ev
+from kstui.engine import events as ev
 from kstui.widgets.fit import FitStatic
 from kstui.widgets.steady import SteadyScrollbars
-from kstui.widgets.format import fmt_num, fmt_tokens, fmt_x
-from kstui.widgets.speedup_state import SpeedupState
+from kstui.views.format import fmt_num, fmt_tokens, fmt_x
+from kstui.views.speedup_state import SpeedupState
 
 if TYPE_CHECKING:
     from kstui.widgets.plot import FigurePlot

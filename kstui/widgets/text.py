@@ -11,7 +11,7 @@ from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownStream
 
 from kstui.widgets.transcript import BlockView
-from kstui.widgets.transcript_state import Block
+from kstui.views.transcript_state import Block
 
 STREAM_PERIOD_S = 0.1  # streamed text is painted up to 10 times a second, however fast it arrives
 

@@ -24,11 +24,11 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button
 
-from kstui import events as ev
+from kstui.engine import events as ev
 from kstui.widgets.fit import FitStatic
-from kstui.widgets.format import fmt_num, fmt_x
+from kstui.views.format import fmt_num, fmt_x
 from kstui.widgets.relayout import relayout_now
-from kstui.widgets.transcript_state import Block, Change, TranscriptState
+from kstui.views.transcript_state import Block, Change, TranscriptState
 
 SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its head
 # Blocks kept mounted: a few screens of collapsed blocks. Every mounted block is laid out again when

@@ -69,7 +69,10 @@ class SessionConfig:
 
 
 def default_harness_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "harness"
+    """Where the installed harness package lives (the judge whose files must not change mid-session)."""
+    import harness
+
+    return Path(harness.__file__).resolve().parent
 
 
 # What kstui.toml may set, with the type each value must have. Secrets are deliberately absent:

@@ -16,7 +16,9 @@ from typing import Any
 
 from harness.merge import merge_results
 from harness.result import EvalResult
-from kstui.executors import DEFAULT_TIMEOUT_S, Completed, ExecutorError, harness_args, parse_result
+from kstui.executors.process import Completed
+from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
+from kstui.executors.results import harness_args, parse_result
 
 INSTALL_HINT = "pip install 'kstui[ray]'"
 # Beyond the harness's own budget, how long a task may take to be scheduled and report back.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Literal
 
-from kstui.events import Accepted, EvaluationStarted, Event, QuestionAsked, Rejected, Stalled, TurnFinished
+from kstui.engine.events import Accepted, EvaluationStarted, Event, QuestionAsked, Rejected, Stalled, TurnFinished
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,7 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 When = Literal["stall", "claimed_limit", "any"]
 WHEN: tuple[str, ...] = ("stall", "claimed_limit", "any")
-DEFAULT_BANK = Path(__file__).with_name("questions.toml")
+DEFAULT_BANK = Path(__file__).resolve().parent.parent / "questions.toml"
 WORKSPACE_BANK = "questions.toml"
 
 _FIELDS = ("id", "text", "kind", "when", "disabled")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from kstui.events import Accepted, Event, Rewound, SessionEnded, TextDelta, ThinkingDelta, event_from_dict
+from kstui.engine.events import Accepted, Event, Rewound, SessionEnded, TextDelta, ThinkingDelta, event_from_dict
 
 TRACE_NAME = "trace.jsonl"
 META_NAME = "meta.json"

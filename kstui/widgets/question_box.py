@@ -10,8 +10,8 @@ from textual.binding import Binding
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from kstui import events as ev
-from kstui.widgets.format import SOURCE_ICONS
+from kstui.engine import events as ev
+from kstui.views.format import SOURCE_ICONS
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued
 
 PLACEHOLDER = "Ask the agent…  enter: queue for the next turn · ctrl+s: interrupt and ask now"

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TextIO
 
-from kstui.events import (
+from kstui.engine.events import (
     Accepted,
     AssistantMessage,
     ContextTrimmed,
@@ -37,7 +37,7 @@ from kstui.events import (
 )
 
 if TYPE_CHECKING:
-    from kstui.session import Session
+    from kstui.engine.session import Session
 
 _INPUT_PREVIEW = 80
 _OUTPUT_PREVIEW = 100

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kstui.sandbox import Sandbox
+from kstui.engine.sandbox import Sandbox
 
 _LIST_LIMIT = 1000
 _SKIP_DIRS = {".git", ".kstui", "__pycache__"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kstui import events as ev
-from kstui.widgets.format import baseline_name
+from kstui.engine import events as ev
+from kstui.views.format import baseline_name
 
 
 @dataclass

@@ -14,12 +14,13 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kstui.executors import OUTPUT_CAP, Completed, ExecutorError, last_line
+from kstui.executors.process import Completed, last_line, OUTPUT_CAP
+from kstui.executors.protocol import ExecutorError
 
 _STDERR_KEEP = 16_384  # bytes of the session's stderr kept for error messages
 
 
-class Agent:
+class SshSession:
     def __init__(self, proc: asyncio.subprocess.Process, describe_failure: Callable[[bytes], str]) -> None:
         self._proc = proc
         self._describe_failure = describe_failure
@@ -32,7 +33,7 @@ class Agent:
 
     @classmethod
     async def start(cls, argv: Sequence[str], *, timeout_s: float,
-                    describe_failure: Callable[[bytes], str]) -> Agent:
+                    describe_failure: Callable[[bytes], str]) -> SshSession:
         """Start the session and wait for the agent's ready line."""
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -14,7 +14,8 @@ import json
 from collections import deque
 from collections.abc import Sequence
 
-from kstui.executors import Completed, ExecutorError, kill_group
+from kstui.executors.process import Completed, kill_group
+from kstui.executors.protocol import ExecutorError
 
 _STDERR_LINES = 20
 

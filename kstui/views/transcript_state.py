@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kstui import events as ev
-from kstui.widgets.format import SOURCE_ICONS, SOURCE_LABELS, fmt_x, result_summary
+from kstui.engine import events as ev
+from kstui.views.format import SOURCE_ICONS, SOURCE_LABELS, fmt_x, result_summary
 
 BlockKind = Literal["text", "thinking", "tool", "eval", "question", "user", "notice", "error", "edit"]
 

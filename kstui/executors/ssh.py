@@ -24,19 +24,12 @@ from urllib.parse import unquote, urlsplit
 
 import kstui
 from harness.result import SCHEMA_VERSION, EvalResult
-from kstui.executors import (
-    DEFAULT_TIMEOUT_S,
-    Completed,
-    ExecutorError,
-    annotate,
-    harness_args,
-    last_line,
-    parse_result,
-    pool_for,
-    run_process,
-)
-from kstui.remote import ssh_scripts as scripts
-from kstui.remote.agent import Agent, failure_line
+from kstui.executors.devices import pool_for
+from kstui.executors.process import Completed, last_line, run_process
+from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
+from kstui.executors.results import annotate, harness_args, parse_result
+from kstui.executors import ssh_scripts as scripts
+from kstui.executors.ssh_session import SshSession, failure_line
 
 _SSH_FAILED = 255  # what ssh exits with when it, not the remote command, failed
 _UNREACHABLE = (
@@ -118,7 +111,7 @@ class SshExecutor:
         self._connect_lock = asyncio.Lock()
         self._control_dir: str | None = None
         self._master_open = False
-        self._agent: Agent | None = None
+        self._agent: SshSession | None = None
         self._host: HostInfo | None = None
         self._present: set[str] = set()  # objects known to be in the host's cache
         self.sent: list[str] = []  # sha256 of every object sent, in order (what a test or log can check)
@@ -196,7 +189,7 @@ class SshExecutor:
                     await self._agent.close()
                 # -S: the agent needs only the standard library, so it skips site-packages' start-up.
                 argv = self._command([self._host.python, "-S", "-c", scripts.AGENT_PY, self._host.python, self._host.cache])
-                self._agent = await Agent.start(argv, timeout_s=self.connect_timeout_s + 60,
+                self._agent = await SshSession.start(argv, timeout_s=self.connect_timeout_s + 60,
                                                 describe_failure=self._agent_failure)
             return self._host
 

@@ -29,8 +29,8 @@ import anthropic
 import httpx2
 from anthropic._constants import INITIAL_RETRY_DELAY, MAX_RETRY_DELAY
 
-from kstui.events import AssistantMessage, ContextTrimmed, Event, Notice, Retry, TextDelta, ThinkingDelta, Usage
-from kstui.pricing import RequestTokens, request_cost, spec_for
+from kstui.engine.events import AssistantMessage, ContextTrimmed, Event, Notice, Retry, TextDelta, ThinkingDelta, Usage
+from kstui.engine.pricing import RequestTokens, request_cost, spec_for
 
 # The most capable generally available model this SDK knows (Mythos is invitation-only).
 DEFAULT_MODEL = "claude-fable-5-2"
@@ -51,7 +51,7 @@ class AgentConfig:
     max_tokens: int = 32_000
     thinking_budget: int = 16_000  # 0 = off; >0 = on (adaptive models decide the amount themselves)
     base_url: str | None = None  # None: ANTHROPIC_BASE_URL, else the SDK's default
-    context_window: int | None = None  # None: the model's own (kstui.pricing), else 200K
+    context_window: int | None = None  # None: the model's own (kstui.engine.pricing), else 200K
     max_retries: int = 5
     effort: str | None = None  # output_config.effort (low, medium, high, …); None: the model default
     thinking: Literal["auto", "adaptive", "budget"] = "auto"  # auto: what the model accepts

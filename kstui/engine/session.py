@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from harness.result import EvalResult
-from kstui.config import SessionConfig
-from kstui.events import (
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import (
     Accepted,
     AssistantMessage,
     ContextTrimmed,
@@ -52,15 +52,15 @@ from kstui.events import (
     Usage,
     UserMessage,
 )
-from kstui.history import History, HistoryError
-from kstui.questions import QuestionBank, StallDetector, bank_paths, find_limit_claim
-from kstui.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
-from kstui.watcher import FileWatcher
+from kstui.engine.history import History, HistoryError
+from kstui.engine.questions import QuestionBank, StallDetector, bank_paths, find_limit_claim
+from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
+from kstui.engine.watcher import FileWatcher
 
 if TYPE_CHECKING:
-    from kstui.agent import Agent
-    from kstui.executors import Executor
-    from kstui.tools import Toolbox
+    from kstui.engine.agent import Agent
+    from kstui.executors.protocol import Executor
+    from kstui.engine.tools import Toolbox
 
 # Deltas are joined into one trace line per this many seconds (or characters) of stream.
 _DELTA_FLUSH_S = 0.25
@@ -312,8 +312,8 @@ class Session:
             except asyncio.TimeoutError:
                 pass
         # On a thread, so that a view on this loop stays responsive while the SDK is imported.
-        agent_module = await asyncio.to_thread(importlib.import_module, "kstui.agent")
-        from kstui.prompts import system_prompt
+        agent_module = await asyncio.to_thread(importlib.import_module, "kstui.engine.agent")
+        from kstui.engine.prompts import system_prompt
 
         config = self.config
         agent_config = agent_module.AgentConfig(**{k: v for k, v in {
@@ -325,8 +325,8 @@ class Session:
         self._agent_pending = False
 
     def _make_toolbox(self) -> Toolbox:
-        from kstui.sandbox import detect, notice
-        from kstui.tools import Toolbox
+        from kstui.engine.sandbox import detect, notice
+        from kstui.engine.tools import Toolbox
 
         sandbox = detect()
         self._sandbox_notice = notice(sandbox)
@@ -736,7 +736,7 @@ class Session:
             self._emit(trimmed)
 
     async def _turn(self) -> None:
-        from kstui.agent import AgentError, sendable_content  # the SDK is slow to import: only with an agent
+        from kstui.engine.agent import AgentError, sendable_content  # the SDK is slow to import: only with an agent
 
         assert self.agent is not None
         turn = self.state.turn + 1
@@ -1109,7 +1109,7 @@ def rebuild_messages(events: list[Event], turn_end_len: dict[int, int] | None = 
     Tool calls the trace started but never finished (the process was killed) get an error result, so
     the conversation stays valid for the API.
     """
-    from kstui.agent import sendable_content
+    from kstui.engine.agent import sendable_content
 
     messages: list[dict[str, Any]] = []
     ends: dict[int, int] = {} if turn_end_len is None else turn_end_len

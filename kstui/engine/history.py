@@ -21,7 +21,7 @@ import git
 from gitdb.base import IStream
 
 from harness.result import EvalResult, SchemaError
-from kstui.trace import Scrubber
+from kstui.engine.trace import Scrubber
 
 NOTES_REF = "kstui"  # git notes --ref kstui == refs/notes/kstui
 FALLBACK_NAME = "kstui"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from kstui.events import Accepted, EvaluationStarted, Event, QuestionAsked, Rewound
-from kstui.trace import read_trace
+from kstui.engine.events import Accepted, EvaluationStarted, Event, QuestionAsked, Rewound
+from kstui.engine.trace import read_trace
 
 NO_QUESTION = "(none)"
 UNCLASSIFIED = "(typed)"  # a question with no bank kind: typed by the human, or self-posed
