@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes import FakeExecutor, kernel_text, make_workspace  # noqa: E402
 
-from kstui.engine import events as ev  # noqa: E402
 from kstui.app import KstuiApp  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
 from kstui.engine.config import SessionConfig  # noqa: E402
 from kstui.engine.history import History  # noqa: E402
 from kstui.engine.session import Session  # noqa: E402
@@ -172,12 +172,13 @@ async def measure(workspace: Path, calls: int, presses: int, only: set[str] | No
                   think: float = 0.05) -> dict[str, list[float]]:
     """Median-ready times per key. `only`: the steps (named by their first key) to run; `think`: seconds
     between one key's frame and the next key."""
+    from textual.command import CommandPalette
+
     from kstui.screens.bank import BankScreen
     from kstui.screens.confirm import ConfirmScreen
     from kstui.screens.help import HelpScreen
     from kstui.screens.history import HistoryScreen
     from kstui.screens.main import MainScreen
-    from textual.command import CommandPalette
 
     times: dict[str, list[float]] = {}
     async with streaming_app(workspace, calls) as (app, pilot, kernel):

@@ -38,7 +38,8 @@ def main() -> int:
 
     import torch
 
-    from harness.tasks import attention_reference as ref, get_task
+    from harness.tasks import attention_reference as ref
+    from harness.tasks import get_task
 
     task = get_task("attention")
     scenarios = task.timed_grid() + task.correctness_grid()

@@ -110,8 +110,8 @@ def rss_mb() -> float:
 
 
 async def latency(workspace: Path, calls: int, presses: int) -> dict[str, float]:
-    from kstui.engine import events as ev
     from kstui.app import KstuiApp
+    from kstui.engine import events as ev
 
     kernel = workspace / "bench.cu"
     kernel.write_text(KERNEL)

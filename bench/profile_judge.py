@@ -50,7 +50,7 @@ def main() -> int:
 
     from harness.baselines import BaselineCache, fingerprint
     from harness.build import BuildOptions, build
-    from harness.runner import resolve, EvalOptions
+    from harness.runner import EvalOptions, resolve
     from harness.timing import Timer, measure_peaks
     from harness.worker import Judge, device_info, judging_device, load_entry
 

@@ -25,8 +25,9 @@ def wrapper(kind: str, folder: Path) -> Path:
 
 
 def main() -> int:
-    import harness.worker
     from stand_in import stand_in_judge
+
+    import harness.worker
 
     harness.worker.Judge = stand_in_judge(sys.argv[1])
     return harness.worker.main()

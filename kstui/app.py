@@ -13,7 +13,7 @@ import gc
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App, SystemCommand
@@ -21,13 +21,15 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.timer import Timer
 
-from kstui.engine import events as ev
 from kstui.collector import HOLD_S, IDLE_S, IdleCollector
+from kstui.engine import events as ev
 from kstui.screens.main import MainScreen
 from kstui.widgets.messages import SessionEvent
 from kstui.widgets.transcript import WINDOW
 
 if TYPE_CHECKING:
+    from kstui.engine.history import History
+    from kstui.engine.session import Session
     from kstui.screens.replay import ReplayPlayer
 
 DELTA_FRAME_S = 1 / 30
@@ -56,8 +58,8 @@ class KstuiApp(App[int]):
         self,
         *,
         kernel: Path | None = None,
-        session: Any = None,
-        history: Any = None,
+        session: Session | None = None,
+        history: History | None = None,
         replay: ReplayPlayer | None = None,
         baseline: str | None = None,
         watch: bool = True,
@@ -198,17 +200,17 @@ class KstuiApp(App[int]):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
 
 
-def _kernel_of(session: Any) -> Path:
+def _kernel_of(session: Session) -> Path:
     return Path(session.config.kernel)
 
 
-def _baseline_of(history: Any) -> str | None:
+def _baseline_of(history: History) -> str | None:
     """The last accepted version: the source pane marks lines changed since it."""
     entries = history.entries()
     return history.content_at(entries[0].sha) if entries else None
 
 
-def run_session_app(session: Any, *, gc_held: bool = False) -> int:
+def run_session_app(session: Session, *, gc_held: bool = False) -> int:
     app = KstuiApp(kernel=_kernel_of(session), session=session, baseline=_baseline_of(session.history),
                    gc_held=gc_held)
     return app.run() or 0

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-SUBCOMMANDS = ("run", "eval", "log", "replay")
-
 
 class BadInput(Exception):
     """One line for stderr; exit code 2."""
@@ -138,12 +136,12 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         raise BadInput(f"{config.questions}: no such questions file")
     _check_workspace(config.workspace)
 
-    from kstui.executors.factory import make_executor
-    from kstui.executors.protocol import ExecutorError
+    from kstui.engine.bank import QuestionBank, QuestionBankError, bank_paths
     from kstui.engine.history import History, HistoryError
-    from kstui.engine.questions import QuestionBank, QuestionBankError, bank_paths
     from kstui.engine.session import Session
     from kstui.engine.trace import latest_session
+    from kstui.executors.factory import make_executor
+    from kstui.executors.protocol import ExecutorError
 
     try:
         bank = QuestionBank.load(*bank_paths(config.workspace, config.questions))

@@ -75,7 +75,7 @@ class FakeExecutor:
             raise ExecutorError("fake executor: the evaluation host is unreachable")
         result = EvalResult(task="attention", kernel=name, kernel_sha256=sha, scenario_set=scenarios,
                             build=BuildReport(ok=True, seconds=0.01, registers=96, smem_bytes=32768),
-                            device={"name": "fake", "host": "fake"})
+                            device={"name": "fake", "host": "fake", "call_no": call_no})
         if "build-error" in directives:
             result.build = BuildReport(ok=False, seconds=0.01, log="fake nvcc: error",
                                        errors=[CompileError(name, lines["build-error"], "expected a ';'")])

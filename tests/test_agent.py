@@ -23,7 +23,8 @@ from messages_server import (
     tool_use_raw,
 )
 
-from kstui.engine.agent import COMPACTED_MARK, DEFAULT_MODEL, Agent, AgentConfig, AgentError, sendable_content
+from kstui.engine.agent import DEFAULT_MODEL, Agent, AgentConfig, AgentError
+from kstui.engine.conversation import COMPACTED_MARK, sendable_content
 from kstui.engine.events import AssistantMessage, ContextTrimmed, Notice, Retry, TextDelta, ThinkingDelta, Usage
 from kstui.engine.pricing import CACHE_WRITE_5M, MODELS, RequestTokens, request_cost
 from kstui.engine.prompts import system_prompt

@@ -29,8 +29,6 @@ from harness.build import (
     validate_extra_flags,
 )
 
-
-
 KERNEL = textwrap.dedent(
     """\
     #include <cuda_runtime.h>

@@ -20,7 +20,6 @@ from harness.checks import (
     splice,
 )
 
-
 # The preprocessor pass only adds findings to the source-text pass, so patterns that need no macro
 # expansion are tested on the source text alone (fast); macro tricks and includes use nvcc.
 SOURCE_TEXT_ONLY = BuildOptions(nvcc="/nonexistent/nvcc")

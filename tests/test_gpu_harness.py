@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from kernels.suite import STANDALONE, load_mutations, read_standalone, wrong_kernels
 
 from harness.result import EvalResult

@@ -10,8 +10,8 @@ from messages_server import MessagesServer, reply, text, tool_use
 
 from kstui.engine.config import SessionConfig
 from kstui.engine.events import Accepted, Rejected, TextDelta, ThinkingDelta, ToolCallStarted
-from kstui.views.headless import HeadlessPrinter, run_headless
 from kstui.engine.session import Session
+from kstui.views.headless import HeadlessPrinter, run_headless
 
 
 def test_deltas_are_joined_into_lines() -> None:

@@ -88,9 +88,11 @@ def test_dirty_tree_and_staged_changes_survive(tmp_path):
 
     h = History(kernel)
     sha1 = h.commit_accepted("v1\n", make_result([0.41, 0.41]), previous=None, turn=1, question=None,
-                             question_source=None, eval_no=1)
-    sha2 = h.commit_accepted("v2\n", make_result([0.57, 0.57]), previous=0.41, turn=4,
-                             question="What does the SASS say?", question_source="bank", eval_no=3)
+                             question_source=None, eval_no=1).sha
+    written = h.commit_accepted("v2\n", make_result([0.57, 0.57]), previous=0.41, turn=4,
+                                question="What does the SASS say?", question_source="bank", eval_no=3)
+    sha2 = written.sha
+    assert written == h.entry(sha2)  # what it returns is what the branch log holds
 
     assert snapshot(repo) == before
     assert kernel.read_text() == kernel_before  # commit_accepted never writes the workspace
@@ -112,7 +114,7 @@ def test_message_trailers_and_note_read_back(tmp_path):
     h.commit_accepted("v1\n", r1, previous=None, turn=1, question=None, question_source=None, eval_no=1)
     question = "Which number tells you\nthat is the limit?\n\nSigned-off-by: nobody"
     sha = h.commit_accepted("v2\n", r2, previous=r1.geomean_speedup, turn=7, question=question,
-                            question_source="human", eval_no=5)
+                            question_source="human", eval_no=5).sha
 
     subject = git(repo, "log", "-1", "--format=%s", sha).strip()
     g1, g2 = r1.geomean_speedup, r2.geomean_speedup
@@ -154,7 +156,7 @@ def test_identity_user_config_then_fallback(tmp_path):
     repo = user_repo(tmp_path)
     h = History(repo / "src" / "flash_fwd.cu")
     sha = h.commit_accepted("v1\n", make_result([1.0]), previous=None, turn=1, question=None,
-                            question_source=None, eval_no=1)
+                            question_source=None, eval_no=1).sha
     assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", sha).strip() == \
         "Ada User <ada@example.com>|Ada User <ada@example.com>"
 
@@ -163,7 +165,7 @@ def test_identity_user_config_then_fallback(tmp_path):
     (bare / "rms.cu").write_text("x\n")
     h2 = History(bare / "rms.cu")  # no repo: initialised; no identity anywhere
     sha2 = h2.commit_accepted("y\n", make_result([1.2]), previous=None, turn=1, question=None,
-                              question_source=None, eval_no=1)
+                              question_source=None, eval_no=1).sha
     assert git(bare, "log", "-1", "--format=%an <%ae>", sha2).strip() == f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>"
     assert h2.result_of(sha2) is not None  # the note, too, is written without an identity
 
@@ -177,7 +179,7 @@ def test_no_repo_is_initialised_and_left_untouched(tmp_path):
     assert (ws / ".git").is_dir()
     assert h.branch == "kstui/rmsnorm"
     sha = h.commit_accepted("new\n", make_result([1.5]), previous=None, turn=2, question=None,
-                            question_source=None, eval_no=1)
+                            question_source=None, eval_no=1).sha
     assert git(ws, "rev-list", "--count", "kstui/rmsnorm").strip() == "1"  # a root commit
     assert git(ws, "ls-tree", "-r", "--name-only", sha).split() == ["rmsnorm.cu"]
     assert kernel.read_text() == "orig\n"
@@ -217,7 +219,7 @@ def test_detached_head(tmp_path):
     before = snapshot(repo, ours="refs/heads/perf/attempt-1")
     h = History(repo / "src" / "flash_fwd.cu", branch="perf/attempt-1")
     sha = h.commit_accepted("d\n", make_result([2.0]), previous=None, turn=1, question=None,
-                            question_source=None, eval_no=1)
+                            question_source=None, eval_no=1).sha
     assert snapshot(repo, ours="refs/heads/perf/attempt-1") == before
     assert git(repo, "rev-parse", "perf/attempt-1").strip() == sha
     assert git(repo, "rev-parse", f"{sha}^").strip() == before["head"].strip()
@@ -228,8 +230,8 @@ def test_restore_makes_a_new_commit_and_writes_the_file(tmp_path):
     kernel = repo / "src" / "flash_fwd.cu"
     h = History(kernel)
     r1, r2 = make_result([0.5]), make_result([0.8])
-    s1 = h.commit_accepted("one\n", r1, previous=None, turn=1, question=None, question_source=None, eval_no=1)
-    s2 = h.commit_accepted("two\n", r2, previous=0.5, turn=2, question=None, question_source=None, eval_no=2)
+    s1 = h.commit_accepted("one\n", r1, previous=None, turn=1, question=None, question_source=None, eval_no=1).sha
+    s2 = h.commit_accepted("two\n", r2, previous=0.5, turn=2, question=None, question_source=None, eval_no=2).sha
     status_before = git(repo, "status", "--porcelain")
     s3 = h.restore(s1[:10], turn=9)
     assert s3 not in (s1, s2)
@@ -280,7 +282,7 @@ def test_kernel_mode_kept_and_entries_stop_at_user_history(tmp_path):
     git(repo, "commit", "-q", "-am", "exec bit")
     h = History(kernel)
     sha = h.commit_accepted("x\n", make_result([1.3]), previous=None, turn=1, question=None,
-                            question_source=None, eval_no=1)
+                            question_source=None, eval_no=1).sha
     assert git(repo, "ls-tree", sha, "src/flash_fwd.cu").startswith("100755")
     assert [e.sha for e in h.entries()] == [sha]  # the user's two commits are not entries
     assert History(kernel).best().sha == sha  # a fresh History reads the same branch
@@ -294,7 +296,7 @@ def test_secrets_never_committed(tmp_path, monkeypatch):
     result = make_result([1.3])
     result.build.log = f'nvcc -DKEY="{key}" ok'  # a key that leaked into a build log
     sha = h.commit_accepted("x\n", result, previous=None, turn=1,
-                            question=f"why does {key} appear?", question_source="human", eval_no=1)
+                            question=f"why does {key} appear?", question_source="human", eval_no=1).sha
     assert key not in git(repo, "log", "-1", "--format=%B", sha)
     assert key not in git(repo, "notes", "--ref", "kstui", "show", sha)
     back = h.result_of(sha)
@@ -305,7 +307,7 @@ def test_branch_moved_underneath_is_an_error_not_a_loss(tmp_path, monkeypatch):
     repo = user_repo(tmp_path)
     h = History(repo / "src" / "flash_fwd.cu")
     s1 = h.commit_accepted("one\n", make_result([0.5]), previous=None, turn=1, question=None,
-                           question_source=None, eval_no=1)
+                           question_source=None, eval_no=1).sha
     monkeypatch.setattr(h, "tip", lambda: None)  # a stale view of the branch, as a racing writer has
     with pytest.raises(HistoryError, match="moved"):
         h.commit_accepted("two\n", make_result([0.6]), previous=0.5, turn=2, question=None,

@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from kstui.engine.bank import DEFAULT_BANK, WHEN, QuestionBank, QuestionBankError, bank_paths
+from kstui.engine.detectors import StallDetector, find_limit_claim
 from kstui.engine.events import Accepted, EvaluationStarted, QuestionAsked, Rejected, TurnFinished
-from kstui.engine.questions import (
-    DEFAULT_BANK,
-    WHEN,
-    QuestionBank,
-    QuestionBankError,
-    StallDetector,
-    bank_paths,
-    find_limit_claim,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 

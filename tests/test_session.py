@@ -102,9 +102,8 @@ async def test_scripted_session_edits_evaluates_is_asked_and_commits(tmp_path: P
     streamed = "".join(e.text for e in trace if isinstance(e, TextDelta))
     assert "trying another layer" in streamed and LIMIT_CLAIM in streamed  # deltas joined, no text lost
     assert API_KEY not in summary.trace.read_text()
-    for e in trace:
-        if isinstance(e, EvaluationFinished) and e.result:
-            EvalResult.from_dict(e.result)
+    results = [e.result for e in trace if isinstance(e, EvaluationFinished) and e.error is None]
+    assert results and all(isinstance(r, EvalResult) for r in results)  # read back typed from the trace
 
 
 async def test_rejections_reach_the_agent_and_nothing_is_committed(tmp_path: Path) -> None:
@@ -182,8 +181,9 @@ async def test_queue_is_editable_and_delivers_one_question_per_boundary(tmp_path
                 session.ask("first question")
                 session.ask("second question")
                 session.ask("third question")
-                session.edit_queued(0, "first question, edited")
-                session.remove_queued(1)
+                first, second, _ = session.queue
+                assert session.edit_queued(first.id, "first question, edited")
+                assert session.remove_queued(second.id)
 
         session.subscribe(on_event)
         await asyncio.wait_for(session.run(), 30)

@@ -12,9 +12,10 @@ import pytest
 from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 
 from harness.result import EvalResult
+from kstui.engine.acceptance import decide
 from kstui.engine.config import SessionConfig
 from kstui.engine.events import Accepted, Error, EvaluationStarted, Rejected, Rewound, SessionStarted
-from kstui.engine.session import Session, judge
+from kstui.engine.session import Session
 
 
 def _result(text: str, spread: float = 0.2, **kw: Any) -> EvalResult:
@@ -22,7 +23,7 @@ def _result(text: str, spread: float = 0.2, **kw: Any) -> EvalResult:
 
 
 def _judge(candidate: EvalResult, best: EvalResult | None, floor: float = 0.5):
-    return judge(candidate, best.geomean_speedup if best else None, best.noise_pct if best else None,
+    return decide(candidate, best.geomean_speedup if best else None, best.noise_pct if best else None,
                  floor_pct=floor, borderline_factor=3.0)
 
 
@@ -91,12 +92,14 @@ async def test_borderline_gain_is_rechecked_interleaved_and_accepted(tmp_path: P
     await session.evaluate_now()
     await _finish(session, task)
     assert len(log.of(Accepted)) == 2
-    paths = [p.name for p, _ in fake.calls]
-    assert paths == ["k.cu", "k.cu", ".k.kstui-candidate.cu", ".k.kstui-best.cu",
-                     ".k.kstui-candidate.cu", ".k.kstui-best.cu"]
+    paths = [p for p, _ in fake.calls]
+    assert paths[:2] == [kernel, kernel] and [p.name for p in paths] == ["k.cu"] * 6
+    # Re-evaluated from copies kept outside the workspace, each with the kernel's own name (part of the build).
+    assert [p.parent.name for p in paths[2:]] == ["candidate", "best", "candidate", "best"]
+    assert not any(p.is_relative_to(kernel.parent) for p in paths[2:])
     committed = session.history.result_of(log.of(Accepted)[1].commit)
-    assert committed is not None and committed.kernel == ".k.kstui-candidate.cu"  # a fresh measurement
-    assert not list(kernel.parent.glob(".k.kstui-*"))  # snapshots removed
+    assert committed is not None and committed.device["call_no"] == 5  # the last recheck's fresh measurement
+    assert not any(p.exists() for p in paths[2:])  # snapshots removed
     assert [e.eval_no for e in log.of(EvaluationStarted)] == [1, 2, 3, 4, 5, 6]
 
 
@@ -200,7 +203,7 @@ async def test_spare_gpus_retime_the_best_beside_the_candidate(tmp_path: Path) -
     kernel.write_text(kernel_text(1.05))
     await session.evaluate_now()
     await _finish(session, task)
-    assert [p.name for p, _ in fake.calls] == ["k.cu", "k.cu", ".k.kstui-best.cu"]
+    assert [(p.parent.name, p.name) for p, _ in fake.calls] == [("ws", "k.cu"), ("ws", "k.cu"), ("best", "k.cu")]
     started = log.of(EvaluationStarted)
     assert "spare GPU" in started[2].where and started[2].ts - started[1].ts < 0.2  # concurrent, not queued
     accepted = log.of(Accepted)

@@ -11,8 +11,9 @@ import pytest
 from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 from messages_server import MessagesServer, ServerUsage, reply, text, tool_use
 
-from kstui.engine.agent import COMPACTED_MARK, Agent, AgentConfig
+from kstui.engine.agent import Agent, AgentConfig
 from kstui.engine.config import SessionConfig
+from kstui.engine.conversation import COMPACTED_MARK
 from kstui.engine.events import (
     Accepted,
     ContextTrimmed,

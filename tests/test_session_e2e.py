@@ -11,8 +11,8 @@ from nvcc_support import needs_nvcc
 from harness.result import EvalResult
 from kstui.engine.config import SessionConfig
 from kstui.engine.events import Accepted, EvaluationFinished, Rejected, SessionStarted
-from kstui.executors.local import LocalExecutor
 from kstui.engine.session import Session
+from kstui.executors.local import LocalExecutor
 
 
 @needs_nvcc
@@ -33,7 +33,8 @@ async def test_kernel_that_fails_to_build_is_rejected_with_the_compiler_error(tm
 
     finished = log.of(EvaluationFinished)
     assert len(finished) == 1 and finished[0].error is None and finished[0].where == "local"
-    result = EvalResult.from_dict(finished[0].result)
+    result = finished[0].result
+    assert isinstance(result, EvalResult)
     assert result.build.ok is False and result.build.errors and not result.passed
     assert result.build.errors[0].line in (3, 4)
     rejected = log.of(Rejected)

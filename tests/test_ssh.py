@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time

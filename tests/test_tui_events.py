@@ -9,10 +9,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import FakeExecutor  # noqa: E402
 
+from harness.result import BuildReport, EvalResult  # noqa: E402
 from kstui.engine import events as ev  # noqa: E402
-from kstui.widgets.source import SourceState, changed_lines  # noqa: E402
 from kstui.views.speedup_state import SpeedupState  # noqa: E402
 from kstui.views.transcript_state import TranscriptState  # noqa: E402
+from kstui.widgets.source import SourceState, changed_lines  # noqa: E402
 
 T0 = 1_780_000_000.0  # a fixed clock: snapshots and replays must not depend on when they ran
 KERNEL = """#include <cuda_runtime.h>
@@ -24,10 +25,10 @@ __global__ void attn(const float* q, float* o, int n) {
 """
 
 
-def fake_result(text: str, name: str = "flash_fwd.cu") -> dict:
+def fake_result(text: str, name: str = "flash_fwd.cu") -> EvalResult:
     """A real-schema EvalResult (validated by EvalResult.from_dict) for this kernel text."""
     executor = FakeExecutor()
-    return executor.result_for(text, name, "0" * 64, "full").to_dict()
+    return EvalResult.from_dict(executor.result_for(text, name, "0" * 64, "full").to_dict())
 
 
 def recorded_run(kernel_text: str = KERNEL, *, tool_calls: int = 2, stalled: bool = False) -> list[ev.Event]:
@@ -150,12 +151,16 @@ def test_changed_lines_marks_inserted_and_replaced_lines(tmp_path):
 def test_speedup_state_says_where_the_last_evaluation_ran():
     from kstui.views.speedup_state import SpeedupState, describe_device
 
+    def on(device: dict) -> EvalResult:
+        return EvalResult(task="attention", kernel="k.cu", kernel_sha256="0" * 64, scenario_set="full",
+                          build=BuildReport(ok=True), device=device)
+
     device = {"host": "gpu1", "index": 0, "name": "NVIDIA H200", "queue_wait_s": 1.25}
-    assert describe_device({"device": device}) == "gpu1 · GPU 0 NVIDIA H200 · queued 1.2 s"
+    assert describe_device(on(device)) == "gpu1 · GPU 0 NVIDIA H200 · queued 1.2 s"
     two = {"host": "gpu1", "name": "NVIDIA H200", "index": 0,
            "gpus": [{"index": 0, "name": "NVIDIA H200"}, {"index": 1, "name": "NVIDIA H200"}]}
-    assert describe_device({"device": two}) == "gpu1 · GPU 0,1 NVIDIA H200"
-    assert describe_device({"device": {}}) is None
+    assert describe_device(on(two)) == "gpu1 · GPU 0,1 NVIDIA H200"
+    assert describe_device(on({})) is None
     state = SpeedupState()
-    state.apply(ev.EvaluationFinished(eval_no=1, result={"device": device, "scenarios": []}, where="ssh://gpu1"))
+    state.apply(ev.EvaluationFinished(eval_no=1, result=on(device), where="ssh://gpu1"))
     assert state.where == "ssh://gpu1" and state.device.startswith("gpu1 · GPU 0")

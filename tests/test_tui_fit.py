@@ -12,8 +12,8 @@ from test_tui_events import KERNEL, fake_result  # noqa: E402
 from textual.app import App, ComposeResult  # noqa: E402
 from textual.containers import VerticalScroll  # noqa: E402
 
-from kstui.engine import events as ev  # noqa: E402
 from kstui.app import KstuiApp  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
 from kstui.widgets.fit import FitStatic  # noqa: E402
 from kstui.widgets.transcript import FoldView  # noqa: E402
 

@@ -14,14 +14,14 @@ from fakes import EventLog, FakeExecutor, make_workspace  # noqa: E402
 from messages_server import MessagesServer, reply, text, tool_use  # noqa: E402
 from pilot_support import showing, until  # noqa: E402
 
-from kstui.engine import events as ev  # noqa: E402
 from kstui.app import KstuiApp  # noqa: E402
+from kstui.engine import events as ev  # noqa: E402
 from kstui.engine.config import SessionConfig  # noqa: E402
+from kstui.engine.session import Session  # noqa: E402
+from kstui.engine.trace import read_trace  # noqa: E402
 from kstui.screens.bank import BankScreen  # noqa: E402
 from kstui.screens.confirm import ConfirmScreen  # noqa: E402
 from kstui.screens.history import HistoryScreen  # noqa: E402
-from kstui.engine.session import Session  # noqa: E402
-from kstui.engine.trace import read_trace  # noqa: E402
 from kstui.widgets.footer import FooterKey  # noqa: E402
 
 API_KEY = "sk-ant-test-tui-0123456789"

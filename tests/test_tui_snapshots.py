@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_tui import history  # noqa: E402,F401  (the fixture: two accepted kernels at a fixed time)
 from test_tui_events import KERNEL, recorded_run  # noqa: E402
+from pilot_support import history_read  # noqa: E402
 
 from kstui.app import KstuiApp  # noqa: E402
-from kstui.engine.questions import QuestionBank  # noqa: E402
+from kstui.engine.bank import QuestionBank  # noqa: E402
 from kstui.screens.bank import BankScreen  # noqa: E402
 from kstui.widgets.messages import SessionEvent  # noqa: E402
 
@@ -85,7 +86,7 @@ def test_bank_picker_for_a_stall(snap_compare, kernel):
 
 
 def test_history_screen_with_a_diff(snap_compare, history):  # noqa: F811
-    assert snap_compare(KstuiApp(history=history), terminal_size=SIZE)
+    assert snap_compare(KstuiApp(history=history), terminal_size=SIZE, run_before=history_read)
 
 
 def test_help_screen(snap_compare, kernel):

@@ -110,11 +110,11 @@ print(json.dumps(seen))
 async def test_an_agent_whose_view_never_draws_is_made_all_the_same(kernel, monkeypatch):
     import asyncio
 
+    from fakes import FakeExecutor  # noqa: E402
+
     from kstui.engine import session as session_module
     from kstui.engine.config import SessionConfig
     from kstui.engine.session import Session
-
-    from fakes import FakeExecutor  # noqa: E402
 
     config = SessionConfig(kernel=kernel, workspace=kernel.parent, api_key="sk-test-not-a-key",
                            base_url="http://127.0.0.1:9")

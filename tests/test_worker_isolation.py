@@ -10,12 +10,11 @@ import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from fake_worker import fake_python  # noqa: F401 (a fixture)
 from nvcc_support import needs_nvcc
-
-from pathlib import Path
 
 from harness.pool import WorkerPool
 from harness.runner import EvalOptions, evaluate

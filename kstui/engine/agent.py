@@ -27,16 +27,15 @@ from typing import Any, Literal
 
 import anthropic
 import httpx2
-from anthropic._constants import INITIAL_RETRY_DELAY, MAX_RETRY_DELAY
 
+from kstui.compat.anthropic_private import INITIAL_RETRY_DELAY, MAX_RETRY_DELAY
+from kstui.engine.conversation import COMPACTED_MARK, elide_before, message_chars, with_user_text
 from kstui.engine.events import AssistantMessage, ContextTrimmed, Event, Notice, Retry, TextDelta, ThinkingDelta, Usage
 from kstui.engine.pricing import RequestTokens, request_cost, spec_for
 
 # The most capable generally available model this SDK knows (Mythos is invitation-only).
 DEFAULT_MODEL = "claude-fable-5-2"
 DEFAULT_CONTEXT_WINDOW = 200_000  # for a model the table does not know: the smallest current window
-COMPACTED_MARK = "[kstui] The conversation was compacted"
-_ELIDED = "[elided by kstui to save context: {n} characters of an old tool result]"
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 _CHARS_PER_TOKEN = 3  # deliberately low for code: an estimate that errs towards compacting early
 
@@ -319,8 +318,8 @@ class Agent:
     def estimate_tokens(self, messages: list[dict[str, Any]]) -> int:
         """The context the next request would use: the last reported prompt plus what was added since."""
         if self._last_prompt_tokens is not None and len(messages) >= self._last_len:
-            return self._last_prompt_tokens + _chars(messages[self._last_len :]) // _CHARS_PER_TOKEN
-        return (_chars(self._system) + _chars(self._tools) + _chars(messages)) // _CHARS_PER_TOKEN
+            return self._last_prompt_tokens + message_chars(messages[self._last_len :]) // _CHARS_PER_TOKEN
+        return (message_chars(self._system) + message_chars(self._tools) + message_chars(messages)) // _CHARS_PER_TOKEN
 
     def compact(
         self, messages: list[dict[str, Any]], *, kernel_text: str, best_summary: str
@@ -339,41 +338,15 @@ class Agent:
             f"The kernel file now reads:\n\n```\n{kernel_text}\n```\n\nBest accepted result: {best_summary}"
         )
         for keep in (8, 4, 2):
-            compacted, elided, saved = _elide(messages, max(0, len(messages) - keep))
+            compacted, elided, saved = elide_before(messages, max(0, len(messages) - keep))
             after = before - (saved - len(restatement)) // _CHARS_PER_TOKEN
             if after < limit:
                 break
-        compacted = _append_user_text(compacted, restatement)
+        compacted = with_user_text(compacted, restatement)
         self._last_prompt_tokens = None  # the next estimate counts characters until the API reports again
         return compacted, ContextTrimmed(
             turn=self._turn, elided_results=elided, tokens_before=before, tokens_after=max(after, 0)
         )
-
-
-def sendable_content(content: list[dict[str, Any]], *, interrupted: bool) -> list[dict[str, Any]]:
-    """The blocks of an assistant reply as the next request may carry them.
-
-    An interrupted reply keeps only its text: its tool calls never ran (and may be incomplete) and
-    its thinking may lack a signature. An empty list means: send no assistant message for it.
-    """
-    out: list[dict[str, Any]] = []
-    for block in content:
-        kind = block.get("type")
-        if kind == "text":
-            if block.get("text"):
-                out.append({"type": "text", "text": block["text"]})
-        elif interrupted:
-            continue
-        elif kind == "thinking":
-            if block.get("signature"):
-                out.append({"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]})
-        elif kind == "redacted_thinking":
-            out.append({"type": "redacted_thinking", "data": block["data"]})
-        elif kind == "tool_use":
-            out.append({"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]})
-        else:
-            out.append(block)
-    return out
 
 
 # ---- helpers ----
@@ -487,10 +460,6 @@ def _clip(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _chars(obj: Any) -> int:
-    return len(json.dumps(obj, ensure_ascii=False, default=str))
-
-
 def _with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The messages with a cache breakpoint on the last block, so each turn reuses the previous prefix."""
     if not messages:
@@ -509,58 +478,3 @@ def _with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any
         return messages
     last["content"] = [*content[:-1], {**content[-1], "cache_control": {"type": "ephemeral"}}]
     return [*messages[:-1], last]
-
-
-def _elide(messages: list[dict[str, Any]], cut: int) -> tuple[list[dict[str, Any]], int, int]:
-    """Elide tool results, big tool inputs, old restatements and thinking before index cut.
-
-    Returns the new list, how many tool results were elided and how many characters were saved.
-    """
-    out: list[dict[str, Any]] = []
-    elided = saved = 0
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if i >= cut or not isinstance(content, list):
-            out.append(message)
-            continue
-        blocks: list[dict[str, Any]] = []
-        for block in content:
-            new, was_result = _elide_block(block)
-            if new is not block:
-                saved += _chars(block) - (_chars(new) if new is not None else 0)
-                elided += was_result
-            if new is not None:
-                blocks.append(new)
-        if not blocks:  # an assistant message that held only thinking
-            blocks = [{"type": "text", "text": "[thinking elided by kstui]"}]
-        out.append({**message, "content": blocks})
-    return out, elided, saved
-
-
-def _elide_block(block: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
-    kind = block.get("type")
-    if kind == "tool_result":
-        body = block.get("content")
-        size = len(body) if isinstance(body, str) else _chars(body or [])
-        if isinstance(body, str) and body.startswith("[elided by kstui"):
-            return block, False
-        return {**block, "content": _ELIDED.format(n=size)}, True
-    if kind in ("thinking", "redacted_thinking"):
-        return None, False
-    if kind == "tool_use":
-        big = {k: v for k, v in block.get("input", {}).items() if isinstance(v, str) and len(v) > 400}
-        if big:
-            inputs = {**block["input"], **{k: f"[elided by kstui: {len(v)} characters]" for k, v in big.items()}}
-            return {**block, "input": inputs}, False
-    if kind == "text" and block.get("text", "").startswith(COMPACTED_MARK):
-        return {"type": "text", "text": f"{COMPACTED_MARK} earlier; that restatement was elided."}, False
-    return block, False
-
-
-def _append_user_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    last = messages[-1]
-    if last.get("role") != "user":
-        return [*messages, {"role": "user", "content": [{"type": "text", "text": text}]}]
-    content = last.get("content")
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-    return [*messages[:-1], {**last, "content": [*blocks, {"type": "text", "text": text}]}]

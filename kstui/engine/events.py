@@ -10,6 +10,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
+from harness.result import EvalResult
+
 QuestionSource = Literal["human", "bank", "self"]
 
 
@@ -20,6 +22,11 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **asdict(self)}
+
+    @classmethod
+    def decode(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's arguments from the JSON values (an event holding a typed field converts it)."""
+        return values
 
 
 _REGISTRY: dict[str, type[Event]] = {}
@@ -36,7 +43,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     if cls is None:
         raise ValueError(f"unknown event type {data.get('type')!r}")
     names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    return cls(**cls.decode({k: v for k, v in data.items() if k in names}))
 
 
 @_register
@@ -166,15 +173,21 @@ class EvaluationStarted(Event):
 @_register
 @dataclass
 class EvaluationFinished(Event):
-    """result is the EvalResult as a dict (harness.result.EvalResult.from_dict reads it back)."""
+    """The harness's verdict, typed as it came (None when no result came back: `error` says why)."""
 
     type: ClassVar[str] = "evaluation_finished"
     eval_no: int
-    result: dict[str, Any] | None
+    result: EvalResult | None
     error: str | None = None
     diff: str = ""  # the evaluated version against the best accepted one: rejected versions survive here
     where: str = "local"
     seconds: float = 0.0
+
+    @classmethod
+    def decode(cls, values: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(values.get("result"), dict):
+            values = {**values, "result": EvalResult.from_dict(values["result"])}
+        return values
 
 
 @_register
@@ -212,7 +225,8 @@ class QuestionQueued(Event):
 @_register
 @dataclass
 class QueueChanged(Event):
-    """The question queue as it now stands (after an edit, a removal or a delivery)."""
+    """The question queue as it now stands (after an edit, a removal or a delivery); each entry keeps
+    the stable `id` its edits and removals name."""
 
     type: ClassVar[str] = "queue_changed"
     queue: list[dict[str, Any]]
@@ -259,7 +273,11 @@ class ExternalEdit(Event):
 @_register
 @dataclass
 class Usage(Event):
-    """Cumulative token counts and cost after a model call."""
+    """Cumulative token counts and cost after a model call.
+
+    The agent reports its own process's totals for one model; the session emits (and the trace and the
+    views read) the whole session's totals over every model and every resumed run: session_total=True.
+    """
 
     type: ClassVar[str] = "usage"
     model: str
@@ -268,6 +286,7 @@ class Usage(Event):
     cache_read_tokens: int
     cache_write_tokens: int
     cost_usd: float
+    session_total: bool = False
 
 
 @_register

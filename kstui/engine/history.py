@@ -21,6 +21,7 @@ import git
 from gitdb.base import IStream
 
 from harness.result import EvalResult, SchemaError
+from kstui.engine.result_view import baselines, commit_subject
 from kstui.engine.trace import Scrubber
 
 NOTES_REF = "kstui"  # git notes --ref kstui == refs/notes/kstui
@@ -75,11 +76,6 @@ def default_branch(kernel: Path) -> str:
     return f"kstui/{stem}"
 
 
-def format_message(stem: str, geomean: float, previous: float | None, correct: int, total: int) -> str:
-    head = f"{stem}: {previous:.2f}x -> {geomean:.2f}x" if previous is not None else f"{stem}: {geomean:.2f}x"
-    return f"{head} geomean ({correct}/{total} correct)"
-
-
 def parse_trailers(block: str) -> dict[str, str]:
     """Parse `git log --format=%(trailers:only,unfold)` output; the last value wins for a repeated key."""
     out: dict[str, str] = {}
@@ -88,11 +84,6 @@ def parse_trailers(block: str) -> dict[str, str]:
         if sep and key and " " not in key:
             out[key] = value.strip()
     return out
-
-
-def _baselines_of(result: EvalResult) -> str | None:
-    names = sorted({s.baseline for s in result.scenarios if s.baseline})
-    return ",".join(names) or None
 
 
 def _int_or_none(text: str | None) -> int | None:
@@ -286,22 +277,28 @@ class History:
         question: str | None,
         question_source: str | None,
         eval_no: int,
-    ) -> str:
-        """Commit an accepted version of the kernel with its trailers and the result as a note."""
+    ) -> HistoryEntry:
+        """Commit an accepted version of the kernel with its trailers and the result as a note; the entry
+        as written."""
         if not result.passed or result.geomean_speedup is None:
             raise HistoryError("only a passing result with a geomean is committed as accepted")
         total = len(result.scenarios)
-        subject = format_message(self.kernel.stem, result.geomean_speedup, previous, result.correct_count, total)
+        subject = commit_subject(self.kernel.stem, result.geomean_speedup, previous, result.correct_count, total)
+        question = fold(self._scrub.text(question)) if question else None
+        source = fold(question_source) if question and question_source else None
         trailers = [
             (T_GEOMEAN, f"{result.geomean_speedup:.6g}"),
             (T_SCENARIOS, f"{result.correct_count}/{total}"),
-            (T_BASELINE, _baselines_of(result)),
+            (T_BASELINE, baselines(result)),
             (T_EVAL, str(eval_no)),
             (T_TURN, str(turn)),
-            (T_QUESTION, fold(self._scrub.text(question)) if question else None),
-            (T_QUESTION_SOURCE, fold(question_source) if question and question_source else None),
+            (T_QUESTION, question),
+            (T_QUESTION_SOURCE, source),
         ]
-        return self._commit(content, subject, trailers, self._note_of(result))
+        sha = self._commit(content, subject, trailers, self._note_of(result))
+        return HistoryEntry(sha=sha, time=float(self.repo.commit(sha).committed_date), geomean=result.geomean_speedup, correct=result.correct_count,
+                            total=total, baseline=baselines(result), question=question, question_source=source,
+                            message=subject, eval_no=eval_no, turn=turn)
 
     def restore(self, sha: str, *, turn: int | None = None) -> str:
         """Write an accepted version back into the kernel file and record it as a NEW commit."""

@@ -1,33 +1,29 @@
 """The Session: one kernel, one agent (or none, in manual mode), the harness's verdicts, git and the trace.
 
-UI-free and asyncio-only: the TUI and the headless printer subscribe to the same typed events. Every
-event goes to the trace first (so a crash loses at most the event being written), then to subscribers.
-Text and thinking deltas reach subscribers one by one but are joined in the trace, a few per line.
+UI-free and asyncio-only: the TUI and the headless printer subscribe to the same typed events (the bus
+writes each to the trace first). This module is the turn loop and the controls a view calls; what
+happens around it has a module each: evaluation.py (verdicts and commits), conversation.py (the
+messages), question_queue.py, state.py, detectors.py (stall, claimed limit), kernel_file.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
-import hashlib
 import importlib
-import math
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from harness.result import EvalResult
+from kstui.engine.bank import QuestionBank, bank_paths
+from kstui.engine.bus import EventBus
 from kstui.engine.config import SessionConfig
+from kstui.engine.conversation import Conversation, sendable_content, tool_result
+from kstui.engine.detectors import StallDetector, find_limit_claim
+from kstui.engine.evaluation import Evaluator
 from kstui.engine.events import (
-    Accepted,
     AssistantMessage,
-    ContextTrimmed,
     Error,
-    EvaluationFinished,
-    EvaluationStarted,
     Event,
     ExternalEdit,
     LimitClaimed,
@@ -37,14 +33,11 @@ from kstui.engine.events import (
     QuestionQueued,
     QuestionSource,
     QueueChanged,
-    Rejected,
     Rewound,
     SessionEnded,
     SessionStarted,
     Stalled,
     StatusChanged,
-    TextDelta,
-    ThinkingDelta,
     ToolCallFinished,
     ToolCallStarted,
     TurnFinished,
@@ -53,189 +46,21 @@ from kstui.engine.events import (
     UserMessage,
 )
 from kstui.engine.history import History, HistoryError
-from kstui.engine.questions import QuestionBank, StallDetector, bank_paths, find_limit_claim
+from kstui.engine.kernel_file import KernelFile, unified_diff
+from kstui.engine.limits import limit_reached
+from kstui.engine.question_queue import QuestionQueue, QueuedQuestion
+from kstui.engine.state import SessionState, SessionSummary, UsageLedger
 from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
 from kstui.engine.watcher import FileWatcher
 
 if TYPE_CHECKING:
     from kstui.engine.agent import Agent
-    from kstui.executors.protocol import Executor
     from kstui.engine.tools import Toolbox
+    from kstui.executors.protocol import Executor
 
-# Deltas are joined into one trace line per this many seconds (or characters) of stream.
-_DELTA_FLUSH_S = 0.25
-_DELTA_FLUSH_CHARS = 4096
-_MAX_FAILURES_LISTED = 5
 _KERNEL_WRITERS = frozenset({"edit_file", "write_file", "bash"})
 # The longest `_make_agent` waits for `agent_after` (a view's first frame) before importing the SDK anyway.
 AGENT_AFTER_MAX_WAIT_S = 5.0
-_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd")
-
-
-# --- plain data ----------------------------------------------------------------------------------
-
-
-@dataclass
-class QueuedQuestion:
-    text: str
-    source: QuestionSource = "human"
-    question_id: str | None = None
-    kind: str | None = None
-    interrupt: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class SessionState:
-    session_id: str = ""
-    mode: str = "agent"
-    status: str = "idle"
-    turn: int = 0
-    evals: int = 0
-    tool_calls: int = 0
-    accepted: int = 0
-    best_geomean: float | None = None
-    best_commit: str | None = None
-    latest_geomean: float | None = None
-    stalled: bool = False
-    paused: bool = False
-    harness_ok: bool = True
-    cost_usd: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-
-@dataclass
-class SessionSummary:
-    session_id: str
-    reason: str
-    best_geomean: float | None
-    best_commit: str | None
-    accepted: int
-    evals: int
-    tool_calls: int
-    turns: int
-    cost_usd: float
-    trace: Path
-
-
-# --- the acceptance rule -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Verdict:
-    kind: Literal["accept", "reject", "borderline"]
-    reason: str
-    gain_pct: float | None = None
-    margin_pct: float | None = None
-
-
-def failure_reason(result: EvalResult) -> str | None:
-    """Why a result cannot be accepted whatever its speed, in one line; None if it passed."""
-    if result.error:
-        return f"evaluation error: {result.error}"
-    if not result.build.ok:
-        if result.build.errors:
-            e = result.build.errors[0]
-            more = f" (+{len(result.build.errors) - 1} more)" if len(result.build.errors) > 1 else ""
-            return f"build failed: {e.file}:{e.line}: {e.message}{more}"
-        return "build failed"
-    failed = [c for c in result.checks if not c.ok]
-    if failed:
-        return "check failed: " + "; ".join(f"{c.name}" + (f" ({c.detail})" if c.detail else "") for c in failed)
-    if not result.scenarios:
-        return "no scenarios were run"
-    wrong = [s for s in result.scenarios if not s.correct]
-    if wrong:
-        listed = ", ".join(f"{s.id}: {s.verdict}" for s in wrong[:_MAX_FAILURES_LISTED])
-        more = f" (+{len(wrong) - _MAX_FAILURES_LISTED} more)" if len(wrong) > _MAX_FAILURES_LISTED else ""
-        return f"{result.correct_count}/{len(result.scenarios)} correct; {listed}{more}"
-    if not result.passed:
-        return "not every scenario passed"
-    return None
-
-
-def judge(candidate: EvalResult, best_geomean: float | None, best_noise_pct: float | None, *,
-          floor_pct: float, borderline_factor: float) -> Verdict:
-    """Accept, reject, or ask for an interleaved re-evaluation (borderline) of a candidate."""
-    failure = failure_reason(candidate)
-    if failure is not None:
-        return Verdict("reject", failure)
-    g = candidate.geomean_speedup
-    if g is None:
-        return Verdict("reject", "no geomean: no timed scenarios")
-    if best_geomean is None:
-        return Verdict("accept", "first passing version (baseline of this history)")
-    margin = max(candidate.noise_pct or 0.0, best_noise_pct or 0.0, floor_pct)
-    gain = (g / best_geomean - 1.0) * 100.0
-    if gain <= 0:
-        return Verdict("reject", f"not faster: {g:.4g}x vs best {best_geomean:.4g}x ({gain:+.2f}%)", gain, margin)
-    if gain > borderline_factor * margin:
-        return Verdict("accept", f"{gain:+.2f}% over best (noise margin {margin:.2f}%)", gain, margin)
-    return Verdict("borderline", f"{gain:+.2f}% is within {borderline_factor:g}x the noise margin {margin:.2f}%",
-                   gain, margin)
-
-
-def summarize_result(result: EvalResult) -> str:
-    """The compact text the agent gets back from `evaluate`."""
-    total = len(result.scenarios)
-    lines = [f"{result.correct_count}/{total} scenarios correct"
-             + (f", geomean speedup {result.geomean_speedup:.4g}x" if result.geomean_speedup else "")
-             + (f" (noise {result.noise_pct:.2f}%)" if result.noise_pct is not None else "")]
-    b = result.build
-    build = f"build {'ok' if b.ok else 'FAILED'}"
-    if b.registers is not None:
-        build += f", {b.registers} registers"
-    build += f", {b.spills} bytes spilled" if b.spills else ""
-    if b.smem_bytes is not None:
-        build += f", {b.smem_bytes} B shared memory"
-    lines.append(build)
-    for e in b.errors[:10]:
-        lines.append(f"  {e.file}:{e.line}: {e.message}")
-    if not b.ok and not b.errors and b.log:
-        lines.append(b.log[-2000:])
-    for c in result.checks:
-        if not c.ok:
-            lines.append(f"check {c.name} failed" + (f": {c.detail}" if c.detail else ""))
-    wrong = [s for s in result.scenarios if not s.correct]
-    for s in wrong[:10]:
-        lines.append(f"  {s.id}: {s.verdict}" + (f" ({s.detail})" if s.detail else ""))
-    if len(wrong) > 10:
-        lines.append(f"  … {len(wrong) - 10} more failing scenarios")
-    if result.error:
-        lines.append(f"error: {result.error}")
-    return "\n".join(lines)
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def hash_tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under root (bytecode caches excluded): the harness's fingerprint."""
-    out: dict[str, str] = {}
-    if not root.is_dir():
-        return out
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            out[path.relative_to(root).as_posix()] = _sha256(path.read_bytes())
-    return out
-
-
-def unified_diff(old: str, new: str, name: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        f"a/{name}", f"b/{name}"))
-
-
-# --- the session ---------------------------------------------------------------------------------
 
 
 class Session:
@@ -250,41 +75,31 @@ class Session:
         self.history = history or History(config.kernel, config.branch)
         self.bank = bank or QuestionBank.load(*bank_paths(config.workspace, config.questions))
         self.stall = StallDetector(evals_without_gain=config.stall_evals, turns_without_eval=config.stall_turns)
+        self.state = SessionState()
+        self.conversation = Conversation()
+        self.questions = QuestionQueue()
+        self.usage = UsageLedger()
+        self.file = KernelFile(config.kernel)
+        self._bus = EventBus(self.state.fold)
+        self.evaluator = Evaluator(config, executor, self.history, self.file, self.state, self._bus.emit,
+                                   observed=self._observe_eval, last_question=lambda: self._last_question,
+                                   wake=self._wake_up)
         self._sandbox_notice = ""
         self.toolbox = toolbox or self._make_toolbox()
-        self.queue: list[QueuedQuestion] = []
-        self.messages: list[dict[str, Any]] = []
-        self.state = SessionState()
         self.shell_confirmer: Callable[[str], Any] | None = None
-        self._subscribers: list[Callable[[Event], None]] = []
-        self._trace: TraceWriter | None = None
         self._trace_file: Path | None = None
-        self._deltas: tuple[type[Event], int, list[str], float] | None = None
-        self._delta_timer: asyncio.TimerHandle | None = None
-        self._known_text = ""
         self._pending_edits: list[str] = []
-        self._tool_running = False
         self._streaming = False
         self._stopping = False
         self._stop_reason = "stopped"
         self._wake = asyncio.Event()
         self._unpaused = asyncio.Event()
         self._unpaused.set()
-        self._eval_lock = asyncio.Lock()
-        self._eval_task: asyncio.Task[Any] | None = None
         self._run_task: asyncio.Task[Any] | None = None
-        self._harness_hashes: dict[str, str] = {}
         self._last_question: QueuedQuestion | None = None
-        self._turn_end_len: dict[int, int] = {}
         self._watcher: FileWatcher | None = None
-        self._last_evaluated: str | None = None
-        self._last_eval_error = ""
         self._resumed = False
         self._pending_rewind: tuple[str, str, int] | None = None
-        self._best_noise_cache: tuple[str, float | None] | None = None
-        self._best_text_cache: tuple[str, str] | None = None
-        self._usage_now: dict[str, Usage] = {}
-        self._usage_before: dict[str, float] = {}
         self._agent_pending = False  # build(): the agent is made when run() starts
         # Set by a view that draws on this loop: the SDK's import waits for it (its first frame), at most
         # AGENT_AFTER_MAX_WAIT_S. None (headless): the agent is made at once.
@@ -320,7 +135,7 @@ class Session:
             "model": config.model, "max_tokens": config.max_tokens,
             "thinking_budget": config.thinking_budget, "base_url": config.base_url,
         }.items() if v is not None})
-        prompt = system_prompt(_display_path(config.kernel, config.workspace), str(config.workspace))
+        prompt = system_prompt(self.display_path, str(config.workspace))
         self.agent = agent_module.Agent(agent_config, prompt, self.toolbox.definitions(), api_key=config.api_key or "")
         self._agent_pending = False
 
@@ -343,80 +158,42 @@ class Session:
         answer = self.shell_confirmer(command)
         return bool(await answer) if asyncio.iscoroutine(answer) else bool(answer)
 
-    # --- events ---------------------------------------------------------------------------------
+    @property
+    def display_path(self) -> str:
+        kernel, workspace = self.config.kernel, self.config.workspace
+        return str(kernel.relative_to(workspace)) if kernel.is_relative_to(workspace) else str(kernel)
+
+    # --- what views read --------------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Event], None]) -> None:
-        self._subscribers.append(callback)
+        self._bus.subscribe(callback)
 
     @property
     def trace_file(self) -> Path | None:
         return self._trace_file
 
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.conversation.messages
+
+    @property
+    def queue(self) -> list[QueuedQuestion]:
+        return list(self.questions)
+
+    @property
+    def evaluating(self) -> bool:
+        """An evaluation is in flight (the agent's, a save's in manual mode, or an earlier request's)."""
+        return self.evaluator.busy
+
     def _emit(self, event: Event) -> None:
-        if isinstance(event, (TextDelta, ThinkingDelta)):
-            self._buffer_delta(event)
-        else:
-            self._flush_deltas()
-            self._write(event)
-        self._update_state(event)
-        for callback in list(self._subscribers):
-            try:
-                callback(event)
-            except Exception as exc:  # a broken view must not end the session
-                self._write(Error(message=f"subscriber failed: {type(exc).__name__}: {exc}", where="subscriber"))
-
-    def _write(self, event: Event) -> None:
-        if self._trace is not None:
-            self._trace.append(event)
-
-    def _buffer_delta(self, event: TextDelta | ThinkingDelta) -> None:
-        kind = type(event)
-        if self._deltas is not None and (self._deltas[0] is not kind or self._deltas[1] != event.turn):
-            self._flush_deltas()
-        if self._deltas is None:
-            self._deltas = (kind, event.turn, [], event.ts)
-            self._delta_timer = asyncio.get_running_loop().call_later(_DELTA_FLUSH_S, self._flush_deltas)
-        self._deltas[2].append(event.text)
-        if time.time() - self._deltas[3] > _DELTA_FLUSH_S or sum(map(len, self._deltas[2])) > _DELTA_FLUSH_CHARS:
-            self._flush_deltas()
-
-    def _flush_deltas(self) -> None:
-        if self._delta_timer is not None:
-            self._delta_timer.cancel()
-            self._delta_timer = None
-        if self._deltas is None:
-            return
-        kind, turn, parts, ts = self._deltas
-        self._deltas = None
-        self._write(kind(turn=turn, text="".join(parts), ts=ts))
-
-    def _update_state(self, event: Event) -> None:
-        s = self.state
-        if isinstance(event, StatusChanged):
-            s.status = event.status
-        elif isinstance(event, TurnStarted):
-            s.turn = event.turn
-        elif isinstance(event, EvaluationStarted):
-            s.evals = max(s.evals, event.eval_no)
-        elif isinstance(event, ToolCallFinished):
-            s.tool_calls += 1
-        elif isinstance(event, Accepted):
-            s.accepted += 1
-            s.best_geomean, s.best_commit = event.geomean, event.commit
-            s.stalled = False
-        elif isinstance(event, Stalled):
-            s.stalled = True
-        elif isinstance(event, Usage):
-            # Usage is cumulative per model and per agent process: sum the models, on top of what a
-            # resumed trace had already spent.
-            self._usage_now[event.model] = event
-            totals = [sum(getattr(u, f) for u in self._usage_now.values()) + self._usage_before.get(f, 0)
-                      for f in _USAGE_FIELDS]
-            (s.input_tokens, s.output_tokens, s.cache_read_tokens, s.cache_write_tokens, s.cost_usd) = totals
+        self._bus.emit(event)
 
     def _status(self, status: str) -> None:
         if self.state.status != status:
             self._emit(StatusChanged(status=status))  # type: ignore[arg-type]
+
+    def _wake_up(self) -> None:
+        self._wake.set()
 
     # --- the question queue ---------------------------------------------------------------------
 
@@ -427,33 +204,37 @@ class Session:
         if not text:
             return
         q = QueuedQuestion(text=text, source=source, question_id=question_id, kind=kind, interrupt=interrupt)
-        if interrupt:
-            self.queue.insert(0, q)
-        else:
-            self.queue.append(q)
+        self.questions.add(q, front=interrupt)
         self._emit(QuestionQueued(text=text, source=source, question_id=question_id, interrupt=interrupt))
         self._queue_changed()
         if interrupt:
             self.interrupt()
         self._wake.set()
 
-    def edit_queued(self, i: int, text: str) -> None:
-        self.queue[i].text = text.strip()
-        self._queue_changed()
+    def edit_queued(self, qid: int, text: str) -> bool:
+        """Change a queued question's text; False if it was delivered or removed meanwhile."""
+        text = text.strip()
+        done = self.questions.remove(qid) if not text else self.questions.edit(qid, text)
+        if done:
+            self._queue_changed()
+        return done
 
-    def remove_queued(self, i: int) -> None:
-        del self.queue[i]
-        self._queue_changed()
+    def remove_queued(self, qid: int) -> bool:
+        done = self.questions.remove(qid)
+        if done:
+            self._queue_changed()
+        return done
 
     def _queue_changed(self) -> None:
-        self._emit(QueueChanged(queue=[q.to_dict() for q in self.queue]))
+        self._emit(QueueChanged(queue=self.questions.snapshot()))
 
     def _self_ask(self, trigger: str) -> None:
         if not self.config.self_ask or self.agent is None:
             return
-        if any(q.source == "self" for q in self.queue):
+        queued = list(self.questions)
+        if any(q.source == "self" for q in queued):
             return  # one self-question pending is enough
-        q = self.bank.draw(trigger, exclude=[x.question_id for x in self.queue if x.question_id])
+        q = self.bank.draw(trigger, exclude=[x.question_id for x in queued if x.question_id])
         self.ask(q.text, source="self", question_id=q.id, kind=q.kind)
 
     # --- control --------------------------------------------------------------------------------
@@ -488,8 +269,7 @@ class Session:
         self.interrupt()
         self._wake.set()
         self._unpaused.set()
-        if self._eval_task is not None and not self._eval_task.done():
-            self._eval_task.cancel()
+        self.evaluator.cancel()
         task = self._run_task
         if task is not None and task is not asyncio.current_task() and not task.done():
             try:
@@ -498,14 +278,9 @@ class Session:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
 
-    @property
-    def evaluating(self) -> bool:
-        """An evaluation is in flight (the agent's, a save's in manual mode, or an earlier request's)."""
-        return self._eval_lock.locked()
-
     async def evaluate_now(self) -> None:
         """Evaluate the kernel as it is on disk, by the same rule (the human's request)."""
-        await self._evaluate_candidate()
+        await self.evaluator.evaluate()
 
     async def rewind(self, sha: str, *, truncate_context: bool = False) -> None:
         """Restore an accepted version into the workspace (a new commit); optionally forget later turns.
@@ -513,21 +288,21 @@ class Session:
         Waits for an evaluation in flight. The agent's context is cut at the next turn boundary, so
         the conversation is never edited under a turn that is still running.
         """
-        async with self._eval_lock:
+        async with self.evaluator.lock:
             try:
                 entry = self.history.entry(sha)
                 new = self.history.restore(entry.sha, turn=self.state.turn)
             except HistoryError as exc:
                 self._emit(Error(message=str(exc), where="rewind"))
                 return
-            old_text = self._known_text
-            self._known_text = self._last_evaluated = self._read_kernel()
-        if truncate_context and self.agent is not None and entry.turn in self._turn_end_len:
+            old_text = self.file.known
+            self.evaluator.last_evaluated = self.file.take_as_known()
+        if truncate_context and self.agent is not None and entry.turn in self.conversation.turn_ends:
             self._pending_rewind = (entry.sha, new, entry.turn)
         else:
             self._emit(Rewound(to_commit=entry.sha, new_commit=new))
         if self.agent is not None:
-            diff = unified_diff(old_text, self._known_text, self.kernel.name)
+            diff = unified_diff(old_text, self.file.known, self.kernel.name)
             self._pending_edits.append(
                 f"The human restored the kernel to accepted version {entry.short} "
                 f"({entry.geomean or 0:.4g}x geomean). The file on disk now differs from what you last saw:\n"
@@ -540,9 +315,7 @@ class Session:
             return
         to_commit, new_commit, turn = self._pending_rewind
         self._pending_rewind = None
-        del self.messages[self._turn_end_len[turn]:]
-        for later in [t for t in self._turn_end_len if t > turn]:
-            del self._turn_end_len[later]
+        self.conversation.truncate_to(turn)
         self._emit(Rewound(to_commit=to_commit, new_commit=new_commit, truncated_to_turn=turn))
 
     # --- running ----------------------------------------------------------------------------------
@@ -573,17 +346,16 @@ class Session:
             self._status("stopped")
             self._emit(SessionEnded(reason=reason, best_geomean=self.state.best_geomean,
                                     best_commit=self.state.best_commit))
-            if self._trace is not None:
-                self._trace.close()
-        return SessionSummary(
-            session_id=self.state.session_id, reason=reason, best_geomean=self.state.best_geomean,
-            best_commit=self.state.best_commit, accepted=self.state.accepted, evals=self.state.evals,
-            tool_calls=self.state.tool_calls, turns=self.state.turn, cost_usd=self.state.cost_usd,
-            trace=self._trace_file or Path(),
-        )
+            self._bus.close()
+        s = self.state
+        return SessionSummary(session_id=s.session_id, reason=reason, best_geomean=s.best_geomean,
+                              best_commit=s.best_commit, accepted=s.accepted, evals=s.evals,
+                              tool_calls=s.tool_calls, turns=s.turn, cost_usd=s.cost_usd,
+                              trace=self._trace_file or Path())
 
     async def _close_collaborators(self) -> None:
         """The session owns its agent's HTTP client and its executor: release both, whatever happened."""
+        self.evaluator.close()
         for closing in (self.agent, self.executor):
             if closing is None:
                 continue
@@ -606,42 +378,53 @@ class Session:
             ignore.write_text("*\n", encoding="utf-8")
         self.state.session_id = directory.name
         self._trace_file = trace_path(directory)
-        self._trace = TraceWriter(self._trace_file, extra_secrets=[self.config.api_key or ""])
+        self._bus.open(TraceWriter(self._trace_file, extra_secrets=[self.config.api_key or ""]))
         if resumed_events:
             self._resumed = True
             self._restore_from(resumed_events)
 
+    def _restore_from(self, events: list[Event]) -> None:
+        """Rebuild the conversation, counters, queue, spending and question use from a trace."""
+        self.conversation.rebuild(events)
+        self.bank.replay(events)
+        self.stall.replay(events)
+        self.usage.replay(events)
+        for e in events:
+            if not isinstance(e, Usage):
+                self.state.fold(e)
+            if isinstance(e, QuestionAsked):
+                self._last_question = QueuedQuestion(e.text, e.source, e.question_id, e.kind)
+            elif isinstance(e, QueueChanged):
+                self.questions.restore(e.queue)
+        self.state.status, self.state.best_geomean, self.state.best_commit = "idle", None, None
+        if self.conversation.ended_without_tools:
+            self._pending_edits.append("The session was resumed after an interruption. Carry on.")
+
     def _start(self) -> None:
-        self._harness_hashes = hash_tree(self.config.harness_dir)
+        self.evaluator.start()
         best = self.history.best()
         if best is not None:
             self.state.best_geomean, self.state.best_commit = best.geomean, best.sha
         self.state.mode = "manual" if self.agent is None else "agent"
-        self._known_text = self._read_kernel()
+        self.file.take_as_known()
         # Watching starts before SessionStarted is announced: a save right after it is never missed.
         self._watcher = FileWatcher(self.kernel, self._on_file_change)
         self._watcher.start()
+        model = getattr(getattr(self.agent, "config", None), "model", None)
         self._emit(SessionStarted(
             session_id=self.state.session_id, kernel=str(self.kernel), mode=self.state.mode,  # type: ignore[arg-type]
-            model=getattr(getattr(self.agent, "config", None), "model", None), branch=self.history.branch,
-            resumed=self._resumed, sandbox=self._sandbox_notice))
+            model=model, branch=self.history.branch, resumed=self._resumed, sandbox=self._sandbox_notice))
+        spent = self.usage.offset_usage(model or "")
+        if spent is not None:
+            self._emit(spent)  # the views count from what the resumed session had already spent
         if self.config.manual and not self.config.no_agent:
             self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
                               level="warning"))
 
     def _limit_reached(self) -> str | None:
-        c, s = self.config, self.state
         if self._stopping:
             return self._stop_reason
-        if not s.harness_ok:
-            return "harness changed"
-        if c.max_evals is not None and s.evals >= c.max_evals:
-            return "max evals reached"
-        if c.max_cost is not None and s.cost_usd >= c.max_cost:
-            return "max cost reached"
-        if c.max_turns is not None and s.turn >= c.max_turns:
-            return "max turns reached"
-        return None
+        return limit_reached(self.config, self.state)
 
     async def _run_manual(self) -> str:
         self._status("idle")
@@ -650,8 +433,8 @@ class Session:
             self._wake.clear()
             if self._stopping:
                 break
-            if self._read_kernel() != self._last_evaluated:
-                await self._evaluate_candidate()
+            if self.file.read() != self.evaluator.last_evaluated:
+                await self.evaluator.evaluate()
         return self._limit_reached() or self._stop_reason
 
     async def _run_agent(self) -> str:
@@ -665,11 +448,10 @@ class Session:
             await self._turn()
 
     def _opening_brief(self) -> str:
-        rel = _display_path(self.kernel, self.workspace)
         best = (f"The best accepted version so far has a geomean speedup of {self.state.best_geomean:.4g}x."
                 if self.state.best_geomean is not None else
                 "No version has been accepted yet: the first one that passes becomes the baseline.")
-        return (f"Make the CUDA kernel in `{rel}` faster.\n"
+        return (f"Make the CUDA kernel in `{self.display_path}` faster.\n"
                 f"Only the harness's verdict counts: call the `evaluate` tool. A version is accepted (and "
                 f"committed) only if it is correct on every scenario, passes every check, and its geomean "
                 f"speedup beats the best accepted version by more than the measured noise.\n{best}")
@@ -688,12 +470,13 @@ class Session:
             if self._pending_edits:
                 parts.extend(self._pending_edits)
                 self._pending_edits.clear()
-            question = self._next_question()
+            question = self.questions.pop()
             if question is not None:
+                self._queue_changed()
                 parts.append(question.text)
             if parts:
                 self._send_user_text("\n\n".join(parts), question)
-            if self.messages and self.messages[-1]["role"] == "user":
+            if self.conversation.awaiting_reply:
                 self._compact()
                 return None
             # The agent ended its turn and there is nothing to tell it.
@@ -707,13 +490,6 @@ class Session:
             self._wake.clear()
             await self._wake.wait()
 
-    def _next_question(self) -> QueuedQuestion | None:
-        if not self.queue:
-            return None
-        q = self.queue.pop(0)
-        self._queue_changed()
-        return q
-
     def _send_user_text(self, text: str, question: QueuedQuestion | None = None) -> None:
         turn = self.state.turn + 1
         if question is not None:
@@ -723,20 +499,20 @@ class Session:
             self._last_question = question
             self._emit(QuestionAsked(turn=turn, text=question.text, source=question.source,
                                      question_id=question.question_id, kind=question.kind))
-        append_user_text(self.messages, text)
+        self.conversation.add_user_text(text)
         self._emit(UserMessage(turn=turn, text=text))
 
     def _compact(self) -> None:
         assert self.agent is not None
         best = (f"best accepted: {self.state.best_geomean:.4g}x geomean ({self.state.best_commit})"
                 if self.state.best_geomean is not None else "nothing accepted yet")
-        messages, trimmed = self.agent.compact(self.messages, kernel_text=self._read_kernel(), best_summary=best)
+        messages, trimmed = self.agent.compact(self.messages, kernel_text=self.file.read(), best_summary=best)
         if trimmed is not None:
             self.messages[:] = messages
             self._emit(trimmed)
 
     async def _turn(self) -> None:
-        from kstui.engine.agent import AgentError, sendable_content  # the SDK is slow to import: only with an agent
+        from kstui.engine.agent import AgentError  # the SDK is slow to import: only with an agent
 
         assert self.agent is not None
         turn = self.state.turn + 1
@@ -750,7 +526,7 @@ class Session:
             async for event in self.agent.stream_turn(self.messages, turn):
                 if isinstance(event, AssistantMessage):
                     final = event
-                self._emit(event)
+                self._emit(self.usage.total(event) if isinstance(event, Usage) else event)
         except AgentError as exc:
             failure = str(exc)
         finally:
@@ -765,24 +541,22 @@ class Session:
                 self._stopping = True
             return
         blocks = sendable_content(final.content, interrupted=final.interrupted)
-        if blocks:
-            self.messages.append({"role": "assistant", "content": blocks})
+        self.conversation.add_assistant(blocks)
         self._check_limit_claim(turn, blocks)
         results: list[dict[str, Any]] = []
         evaluated = False
         for block in blocks:
             if block.get("type") == "tool_use":
                 if self._stopping:
-                    results.append(_tool_result(block["id"], "not run: the session was stopped", True))
+                    results.append(tool_result(block["id"], "not run: the session was stopped", True))
                     continue
                 evaluated |= block.get("name") == "evaluate"
                 results.append(await self._run_tool(turn, block))
-        if results:
-            self.messages.append({"role": "user", "content": results})
-        self._turn_end_len[turn] = len(self.messages)
+        self.conversation.add_tool_results(results)
+        self.conversation.end_turn(turn)
         stop_reason = "interrupted" if final.interrupted else self.agent.last_stop_reason
         self._emit(TurnFinished(turn=turn, stop_reason=stop_reason, interrupted=final.interrupted))
-        self._observe_turn(evaluated)
+        self._stalled(self.stall.observe_turn(evaluated))
         self._status("idle")
 
     def _check_limit_claim(self, turn: int, blocks: list[dict[str, Any]]) -> None:
@@ -792,8 +566,8 @@ class Session:
             self._emit(LimitClaimed(turn=turn, sentence=sentence))
             self._self_ask("claimed_limit")
 
-    def _observe_turn(self, evaluated: bool) -> None:
-        self._stalled(self.stall.observe_turn(evaluated))
+    def _observe_eval(self, accepted: bool) -> None:
+        self._stalled(self.stall.observe_eval(accepted))
 
     def _stalled(self, event: Stalled | None) -> None:
         if event is not None:
@@ -802,27 +576,27 @@ class Session:
 
     async def _run_tool(self, turn: int, block: dict[str, Any]) -> dict[str, Any]:
         call_id, name = block["id"], block.get("name", "")
-        tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
-        self._emit(ToolCallStarted(turn=turn, call_id=call_id, name=name, input=tool_input))
+        raw = block.get("input")
+        self._emit(ToolCallStarted(turn=turn, call_id=call_id, name=name, input=raw if isinstance(raw, dict) else {}))
         self._status("evaluating" if name == "evaluate" else "tool")
         started = time.monotonic()
         # Only these tools can write the kernel: a change during any other one is the human's.
-        self._tool_running = name in _KERNEL_WRITERS
+        self.file.tool_writing = name in _KERNEL_WRITERS
         try:
-            outcome = await self.toolbox.run(name, tool_input)
+            outcome = await self.toolbox.run(name, raw)  # type: ignore[arg-type]  # the toolbox checks it
             text, is_error = outcome.text, outcome.is_error
         except asyncio.CancelledError:
             text, is_error = "not finished: the session was stopped", True
         except Exception as exc:  # the toolbox promises not to raise; if it does, the agent hears why
             text, is_error = f"tool {name} failed: {type(exc).__name__}: {exc}", True
         finally:
-            if self._tool_running:
-                self._known_text = self._read_kernel()  # whatever the tool did to the kernel is the agent's
-            self._tool_running = False
+            if self.file.tool_writing:
+                self.file.take_as_known()  # whatever the tool did to the kernel is the agent's
+            self.file.tool_writing = False
         self._check_external_edit()
         self._emit(ToolCallFinished(turn=turn, call_id=call_id, name=name, output=text, is_error=is_error,
                                     seconds=time.monotonic() - started))
-        return _tool_result(call_id, text, is_error)
+        return tool_result(call_id, text, is_error)
 
     # --- external edits ----------------------------------------------------------------------------
 
@@ -831,332 +605,24 @@ class Session:
         if self.agent is None:
             self._wake.set()  # manual mode: every save is evaluated
             return
-        if not self._tool_running:  # else the agent's own tool is writing: its end takes the content as its own
+        if not self.file.tool_writing:  # else the agent's own tool is writing: its end takes the content
             self._check_external_edit()
 
     def _check_external_edit(self) -> None:
-        text = self._read_kernel()
-        if self.agent is None or text == self._known_text:
+        if self.agent is None:
             return
-        diff = unified_diff(self._known_text, text, self.kernel.name)
-        self._known_text = text
+        diff = self.file.external_edit()
+        if diff is None:
+            return
         self._emit(ExternalEdit(path=str(self.kernel), diff=diff))
         self._pending_edits.append(
             f"The kernel file was edited outside your tools (by the human) since you last saw it:\n"
             f"```diff\n{diff}```")
         self._wake.set()
 
-    def _read_kernel(self) -> str:
-        try:
-            return self.kernel.read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:
-            return ""  # mid-save (an editor's rename) or deleted: treated as empty until it is back
-
     # --- evaluation ----------------------------------------------------------------------------------
 
     async def _tool_evaluate(self, scenarios: str | None = None) -> str:
         if self.config.max_evals is not None and self.state.evals >= self.config.max_evals:
             return "evaluation budget exhausted: no more evaluations in this session"
-        return await self._evaluate_candidate(scenarios or self.config.scenarios)
-
-    async def _evaluate_candidate(self, scenarios: str | None = None) -> str:
-        """Evaluate the kernel on disk, decide, commit or reject. Returns the agent's summary."""
-        async with self._eval_lock:
-            task = asyncio.ensure_future(self._evaluate_locked(scenarios or self.config.scenarios))
-            self._eval_task = task
-            try:
-                return await task
-            finally:
-                self._eval_task = None
-
-    async def _evaluate_locked(self, scenarios: str) -> str:
-        changed = self._harness_changes()
-        if changed:
-            return changed
-        content = self._read_kernel()
-        self._last_evaluated = content
-        best_text = self._best_text()
-        # Against the best accepted version; before there is one, against nothing: the whole text, so a
-        # rejected version is never lost.
-        diff = unified_diff(best_text or "", content, self.kernel.name)
-        fresh_best: EvalResult | None = None
-        if best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios:
-            (eval_no, result), fresh_best = await self._evaluate_beside_best(best_text, scenarios, diff)
-        else:
-            eval_no, result = await self._run_executor(self.kernel, scenarios, diff=diff)
-        if result is None:
-            self._observe_eval(False)
-            return f"evaluation error: {self._last_eval_error}"
-        if self._read_kernel() != content:
-            reason = "the kernel changed on disk while it was being evaluated; evaluate again"
-            self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
-            self._observe_eval(False)
-            return summarize_result(result) + f"\nREJECTED: {reason}"
-        self.state.latest_geomean = result.geomean_speedup
-        if scenarios != self.config.scenarios:
-            # Correct on a subset is not correct on every shape: a partial evaluation is information only.
-            reason = f"evaluated on '{scenarios}': only a '{self.config.scenarios}' evaluation can be accepted"
-            self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
-            return summarize_result(result) + f"\nNOT A CANDIDATE: {reason}"
-        best_geomean, best_noise = self.state.best_geomean, self._best_noise()
-        if fresh_best is not None:
-            best_geomean, best_noise = fresh_best.geomean_speedup, fresh_best.noise_pct
-        verdict = judge(result, best_geomean, best_noise,
-                        floor_pct=self.config.noise_floor_pct, borderline_factor=self.config.borderline_factor)
-        if verdict.kind == "borderline":
-            verdict, result = await self._recheck(content, result, scenarios)
-        if verdict.kind != "accept":
-            self._emit(Rejected(eval_no=eval_no, reason=verdict.reason, geomean=result.geomean_speedup))
-            self._observe_eval(False)
-            return summarize_result(result) + f"\nREJECTED: {verdict.reason}"
-        previous = self.state.best_geomean
-        q = self._last_question
-        # Commit and Accepted event with no await between: a stop() cannot split them.
-        try:
-            sha = self.history.commit_accepted(content, result, previous=previous, turn=self.state.turn,
-                                               question=q.text if q else None,
-                                               question_source=q.source if q else None, eval_no=eval_no)
-            message = self.history.entry(sha).message
-        except HistoryError as exc:
-            self._emit(Error(message=f"could not commit the accepted version: {exc}", where="git"))
-            self._emit(Rejected(eval_no=eval_no, reason=f"not committed: {exc}", geomean=result.geomean_speedup))
-            return summarize_result(result) + f"\nNOT COMMITTED (git failed: {exc}); evaluate again"
-        geomean = result.geomean_speedup or 0.0
-        self._emit(Accepted(eval_no=eval_no, commit=sha, geomean=geomean, previous=previous,
-                            correct=result.correct_count, total=len(result.scenarios), message=message))
-        self._observe_eval(True)
-        was = f", previous best {previous:.4g}x" if previous is not None else " (the baseline)"
-        return summarize_result(result) + f"\nACCEPTED as commit {sha[:8]}: {geomean:.4g}x{was}. {verdict.reason}"
-
-    def _best_noise(self) -> float | None:
-        """The best accepted result's noise, read from its git note once per commit."""
-        commit = self.state.best_commit
-        if commit is None:
-            return None
-        if self._best_noise_cache is None or self._best_noise_cache[0] != commit:
-            best = self.history.result_of(commit)
-            self._best_noise_cache = (commit, best.noise_pct if best else None)
-        return self._best_noise_cache[1]
-
-    def _best_text(self) -> str | None:
-        commit = self.state.best_commit
-        if commit is None:
-            return None
-        if self._best_text_cache is None or self._best_text_cache[0] != commit:
-            try:
-                self._best_text_cache = (commit, self.history.content_at(commit))
-            except HistoryError:
-                return None
-        return self._best_text_cache[1]
-
-    async def _run_executor(self, path: Path, scenarios: str, *, diff: str = "",
-                            label: str = "") -> tuple[int, EvalResult | None]:
-        eval_no = self.state.evals + 1
-        where = self.executor.describe() + (f" ({label})" if label else "")
-        self._emit(EvaluationStarted(eval_no=eval_no, kernel_sha256=_sha256(path.read_bytes()),
-                                     scenarios=scenarios, where=where))
-        started = time.monotonic()
-        try:
-            result = await self.executor.evaluate(path, scenarios=scenarios, extra_args=self.config.eval_args)
-        except asyncio.CancelledError:
-            self._emit(EvaluationFinished(eval_no=eval_no, result=None, error="cancelled: the session stopped",
-                                          diff=diff, where=where, seconds=time.monotonic() - started))
-            raise
-        except Exception as exc:  # ExecutorError is the expected one; any other failure is reported alike
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self._last_eval_error = message
-            self._emit(Error(message=f"evaluation {eval_no}: {message}", where="executor"))
-            self._emit(EvaluationFinished(eval_no=eval_no, result=None, error=message, diff=diff, where=where,
-                                          seconds=time.monotonic() - started))
-            return eval_no, None
-        self._emit(EvaluationFinished(eval_no=eval_no, result=result.to_dict(), diff=diff, where=where,
-                                      seconds=time.monotonic() - started))
-        return eval_no, result
-
-    async def _evaluate_beside_best(self, best_text: str, scenarios: str,
-                                    diff: str) -> tuple[tuple[int, EvalResult | None], EvalResult | None]:
-        """The candidate and the best at once, on spare GPUs: the margin then rests on fresh numbers of
-        both, taken under the same conditions. A best that fails to re-time leaves the recorded figure."""
-        best_path = self._snapshot("best", best_text)
-        try:
-            candidate, (_, best) = await asyncio.gather(
-                self._run_executor(self.kernel, scenarios, diff=diff),
-                self._run_executor(best_path, scenarios, label="best, re-timed on a spare GPU"))
-        finally:
-            self._remove_snapshot(best_path)
-        fresh = best if best is not None and failure_reason(best) is None and best.geomean_speedup else None
-        return candidate, fresh
-
-    async def _recheck(self, content: str, first: EvalResult, scenarios: str) -> tuple[Verdict, EvalResult]:
-        """Re-evaluate the candidate and the best, interleaved, from snapshots; decide on the fresh numbers."""
-        best_text = self._best_text()
-        if best_text is None:
-            return Verdict("reject", "borderline and the best version cannot be read back for a recheck"), first
-        cand_path = self._snapshot("candidate", content)
-        best_path = self._snapshot("best", best_text)
-        cands: list[EvalResult] = []
-        bests: list[EvalResult] = []
-        try:
-            for _ in range(max(1, self.config.recheck_rounds)):
-                for path, label, sink in ((cand_path, "recheck candidate", cands), (best_path, "recheck best", bests)):
-                    _, r = await self._run_executor(path, scenarios, label=label)
-                    if r is None:
-                        return Verdict("reject", f"borderline, and the {label} failed: {self._last_eval_error}"), first
-                    failure = failure_reason(r) or (None if r.geomean_speedup else "no geomean")
-                    if failure:
-                        return Verdict("reject", f"borderline, and the {label} did not pass: {failure}"), first
-                    sink.append(r)
-        finally:
-            for p in (cand_path, best_path):
-                self._remove_snapshot(p)
-        g_cand = _geomean([r.geomean_speedup for r in cands])  # type: ignore[misc]
-        g_best = _geomean([r.geomean_speedup for r in bests])  # type: ignore[misc]
-        margin = max([r.noise_pct or 0.0 for r in cands + bests] + [self.config.noise_floor_pct])
-        gain = (g_cand / g_best - 1.0) * 100.0
-        fresh = f"rechecked {len(cands)}x interleaved: {g_cand:.4g}x vs best {g_best:.4g}x ({gain:+.2f}%, " \
-                f"noise margin {margin:.2f}%)"
-        return (Verdict("accept" if gain > margin else "reject", fresh, gain, margin), cands[-1])
-
-    def _snapshot(self, label: str, content: str) -> Path:
-        """A copy of a version beside the kernel (so its includes and task file resolve the same way)."""
-        path = self.kernel.with_name(f".{self.kernel.stem}.kstui-{label}{self.kernel.suffix}")
-        path.write_text(content, encoding="utf-8", errors="surrogateescape")
-        task = self.kernel.with_suffix(".toml")
-        if task.is_file():
-            shutil.copyfile(task, path.with_suffix(".toml"))
-        return path
-
-    @staticmethod
-    def _remove_snapshot(path: Path) -> None:
-        path.unlink(missing_ok=True)
-        path.with_suffix(".toml").unlink(missing_ok=True)
-
-    def _observe_eval(self, accepted: bool) -> None:
-        self._stalled(self.stall.observe_eval(accepted))
-
-    def _harness_changes(self) -> str | None:
-        if not self.state.harness_ok:
-            return "evaluation stopped: the harness changed during this session"
-        now = hash_tree(self.config.harness_dir)
-        if now == self._harness_hashes:
-            return None
-        names = sorted(k for k in set(now) | set(self._harness_hashes) if now.get(k) != self._harness_hashes.get(k))
-        self.state.harness_ok = False
-        message = (f"the harness changed during the session ({', '.join(names[:5])}): evaluation stopped; "
-                   f"restore the harness and start a new session")
-        self._emit(Error(message=message, where="harness"))
-        self._wake.set()
-        return "evaluation stopped: " + message
-
-    # --- resume ----------------------------------------------------------------------------------
-
-    def _restore_from(self, events: list[Event]) -> None:
-        """Rebuild the conversation, counters, queue and question use from a trace."""
-        self.messages[:] = rebuild_messages(events, self._turn_end_len)
-        self.bank.replay(events)
-        self.stall.replay(events)
-        for e in events:
-            if isinstance(e, TurnStarted):
-                self.state.turn = max(self.state.turn, e.turn)
-            elif isinstance(e, EvaluationStarted):
-                self.state.evals = max(self.state.evals, e.eval_no)
-            elif isinstance(e, ToolCallFinished):
-                self.state.tool_calls += 1
-            elif isinstance(e, Accepted):
-                self.state.accepted += 1
-            elif isinstance(e, Usage):
-                self._update_state(e)
-            elif isinstance(e, SessionStarted) and self._usage_now:
-                # an earlier run of this session ended here: its spending becomes the offset
-                self._usage_before = {f: getattr(self.state, f) for f in _USAGE_FIELDS}
-                self._usage_now.clear()
-            elif isinstance(e, QuestionAsked):
-                self._last_question = QueuedQuestion(e.text, e.source, e.question_id, e.kind)
-            elif isinstance(e, QueueChanged):
-                self.queue = [QueuedQuestion(**q) for q in e.queue]
-        self._usage_before = {f: getattr(self.state, f) for f in _USAGE_FIELDS}
-        self._usage_now.clear()
-        if self.messages and self.messages[-1]["role"] == "assistant":
-            has_tools = any(b.get("type") == "tool_use" for b in self.messages[-1]["content"])
-            if not has_tools:
-                self._pending_edits.append("The session was resumed after an interruption. Carry on.")
-
-
-def _display_path(kernel: Path, workspace: Path) -> str:
-    return str(kernel.relative_to(workspace)) if kernel.is_relative_to(workspace) else str(kernel)
-
-
-def append_user_text(messages: list[dict[str, Any]], text: str) -> None:
-    """Add text to the conversation as the user, joining the last user message (roles must alternate)."""
-    block = {"type": "text", "text": text}
-    if messages and messages[-1]["role"] == "user":
-        content = messages[-1]["content"]
-        if isinstance(content, str):
-            messages[-1]["content"] = [{"type": "text", "text": content}, block]
-        else:
-            content.append(block)
-    else:
-        messages.append({"role": "user", "content": [block]})
-
-
-def _tool_result(call_id: str, text: str, is_error: bool) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": is_error}
-
-
-def rebuild_messages(events: list[Event], turn_end_len: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """The conversation as the session held it, from the trace's events.
-
-    Tool calls the trace started but never finished (the process was killed) get an error result, so
-    the conversation stays valid for the API.
-    """
-    from kstui.engine.agent import sendable_content
-
-    messages: list[dict[str, Any]] = []
-    ends: dict[int, int] = {} if turn_end_len is None else turn_end_len
-    pending: dict[str, dict[str, Any]] = {}
-    assistant_turn: int | None = None
-
-    def close_pending() -> None:
-        if not pending:
-            return
-        results = [_tool_result(cid, "not finished: the session was interrupted", True) for cid in pending]
-        pending.clear()
-        if messages and messages[-1]["role"] == "user" and any(
-                b.get("type") == "tool_result" for b in messages[-1]["content"]):
-            messages[-1]["content"].extend(results)
-        else:
-            messages.append({"role": "user", "content": results})
-
-    for e in events:
-        if isinstance(e, UserMessage):
-            close_pending()
-            append_user_text(messages, e.text)
-        elif isinstance(e, TurnStarted):
-            close_pending()
-        elif isinstance(e, AssistantMessage):
-            if assistant_turn == e.turn and messages and messages[-1]["role"] == "assistant":
-                messages.pop()  # a partial reply kept before a retry: the retried reply replaces it
-                pending.clear()
-            assistant_turn = e.turn
-            blocks = sendable_content(e.content, interrupted=e.interrupted)
-            if blocks:
-                messages.append({"role": "assistant", "content": blocks})
-                pending.update({b["id"]: b for b in blocks if b.get("type") == "tool_use"})
-        elif isinstance(e, ToolCallFinished) and e.call_id in pending:
-            del pending[e.call_id]
-            result = _tool_result(e.call_id, e.output, e.is_error)
-            if messages[-1]["role"] == "user":
-                messages[-1]["content"].append(result)
-            else:
-                messages.append({"role": "user", "content": [result]})
-        elif isinstance(e, TurnFinished):
-            close_pending()
-            ends[e.turn] = len(messages)
-        elif isinstance(e, ContextTrimmed):
-            continue  # compaction is redone on the rebuilt conversation by the agent
-        elif isinstance(e, Rewound) and e.truncated_to_turn is not None and e.truncated_to_turn in ends:
-            del messages[ends[e.truncated_to_turn]:]
-            for later in [t for t in ends if t > e.truncated_to_turn]:
-                del ends[later]
-    close_pending()
-    return messages
+        return await self.evaluator.evaluate(scenarios or self.config.scenarios)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from harness.result import SchemaError
 from kstui.engine.events import Accepted, Event, Rewound, SessionEnded, TextDelta, ThinkingDelta, event_from_dict
 
 TRACE_NAME = "trace.jsonl"
@@ -263,11 +264,13 @@ def _build(data: dict[str, Any], classes: dict[str, type[Event]]) -> Any:
         kwargs = dict(data)
         del kwargs["type"]
         try:
-            return cls(**kwargs)
-        except TypeError:
-            pass  # an extra key from a newer kstui, or a missing one: let event_from_dict decide
+            return cls(**cls.decode(kwargs))
+        except (TypeError, SchemaError):
+            pass  # an extra key from a newer kstui, a missing one, a bad value: let event_from_dict decide
     try:
         event = event_from_dict(data)
+    except SchemaError:
+        return _BAD  # a known event holding a value that is not what it must be
     except ValueError:
         return None
     except TypeError:

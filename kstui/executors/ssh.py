@@ -24,11 +24,11 @@ from urllib.parse import unquote, urlsplit
 
 import kstui
 from harness.result import SCHEMA_VERSION, EvalResult
+from kstui.executors import ssh_scripts as scripts
 from kstui.executors.devices import pool_for
 from kstui.executors.process import Completed, last_line, run_process
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
 from kstui.executors.results import annotate, harness_args, parse_result
-from kstui.executors import ssh_scripts as scripts
 from kstui.executors.ssh_session import SshSession, failure_line
 
 _SSH_FAILED = 255  # what ssh exits with when it, not the remote command, failed
@@ -76,7 +76,6 @@ class HostInfo:
     python: str
     cache: str
     hostname: str
-    kstui_version: str | None
 
 
 def sha256(data: bytes) -> str:
@@ -243,7 +242,7 @@ class SshExecutor:
                 f"{info.get('schema')}, this kstui ({kstui.__version__}) reads schema {SCHEMA_VERSION}: "
                 f"install the same version on both sides ({python} -m pip install kstui=={kstui.__version__})"
             )
-        return HostInfo(python=python, cache=info["cache"], hostname=info["hostname"], kstui_version=info.get("kstui"))
+        return HostInfo(python=python, cache=info["cache"], hostname=info["hostname"])
 
     # --- files -----------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kstui.executors.process import Completed, last_line, OUTPUT_CAP
+from kstui.executors.process import OUTPUT_CAP, Completed, last_line
 from kstui.executors.protocol import ExecutorError
 
 _STDERR_KEEP = 16_384  # bytes of the session's stderr kept for error messages

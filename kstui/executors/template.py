@@ -14,7 +14,6 @@ from kstui.executors.process import run_process
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
 from kstui.executors.results import parse_result
 
-
 _PLACEHOLDER = re.compile(r"\{(file|dir|name|stem|scenarios|args)\}")
 
 

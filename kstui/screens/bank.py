@@ -3,10 +3,9 @@ filter, enter sends, ctrl+e (or e in the list) puts the question in the box to e
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,26 +15,29 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+if TYPE_CHECKING:
+    from kstui.engine.bank import Question, QuestionBank
+
 TRIGGER_TITLES = {"stall": "for a stalled run", "claimed_limit": "for a claimed limit"}
 
 
 @dataclass
 class BankChoice:
-    question: Any  # kstui.engine.questions.Question
+    question: Question
     edit: bool = False
 
 
-def grouped(questions: list[Any], trigger: str | None, needle: str) -> list[tuple[str, list[Any]]]:
+def grouped(questions: list[Question], trigger: str | None, needle: str) -> list[tuple[str, list[Question]]]:
     """(heading, questions) in display order: the trigger's own questions first, then by kind."""
     needle = needle.lower().strip()
     shown = [q for q in questions if not needle or needle in f"{q.text} {q.kind} {q.id}".lower()]
-    groups: list[tuple[str, list[Any]]] = []
+    groups: list[tuple[str, list[Question]]] = []
     if trigger:
         first = [q for q in shown if q.when == trigger]
         if first:
             groups.append((TRIGGER_TITLES.get(trigger, trigger), first))
         shown = [q for q in shown if q.when != trigger]
-    kinds: dict[str, list[Any]] = {}
+    kinds: dict[str, list[Question]] = {}
     for q in shown:
         kinds.setdefault(q.kind, []).append(q)
     groups += sorted(kinds.items())
@@ -56,10 +58,10 @@ class BankScreen(ModalScreen[BankChoice | None]):
         Binding("up", "move(-1)", "previous", show=False),
     ]
 
-    def __init__(self, bank: Any, trigger: str | None) -> None:
+    def __init__(self, bank: QuestionBank, trigger: str | None) -> None:
         super().__init__()
         self.bank, self.trigger = bank, trigger
-        self._by_option: dict[str, Any] = {}
+        self._by_option: dict[str, Question] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="bank"):
@@ -89,7 +91,7 @@ class BankScreen(ModalScreen[BankChoice | None]):
         first = next((i for i in range(options.option_count) if not options.get_option_at_index(i).disabled), None)
         options.highlighted = first
 
-    def selected(self) -> Any | None:
+    def selected(self) -> Question | None:
         options = self.query_one(BankList)
         if options.highlighted is None:
             return None

@@ -1,12 +1,18 @@
 """The history screen: every accepted kernel (a git commit), its diff against its parent or against a
-marked commit, and its EvalResult per scenario; `r` restores a version as a new commit."""
+marked commit, and its EvalResult per scenario; `r` restores a version as a new commit.
+
+Git is read on a worker thread, through a History of the screen's own (gitpython's object readers are
+not shared between threads), and the answers come back as messages: a row highlighted while keys
+repeat never waits for `git diff` and `git notes show`.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -14,16 +20,23 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
+from harness.result import EvalResult
+from kstui.engine.history import History, HistoryEntry
+from kstui.engine.result_view import fmt_x, one_line
 from kstui.screens.confirm import ConfirmScreen
+from kstui.views.format import SOURCE_ICONS
 from kstui.widgets.fit import FitStatic
-from kstui.views.format import SOURCE_ICONS, fmt_x, result_summary
 from kstui.widgets.speedup import ScenarioTable
 
+if TYPE_CHECKING:
+    from kstui.engine.session import Session
 
-def entry_row(entry: Any) -> tuple[Any, ...]:
+
+def entry_row(entry: HistoryEntry) -> tuple[Any, ...]:
     question = entry.question or ""
     icon = SOURCE_ICONS.get(entry.question_source or "", "")
     return (
@@ -35,6 +48,20 @@ def entry_row(entry: Any) -> tuple[Any, ...]:
     )
 
 
+@dataclass
+class EntriesRead(Message):
+    tip: str | None
+    entries: list[HistoryEntry]
+
+
+@dataclass
+class DetailRead(Message):
+    sha: str
+    against: str | None
+    diff: str
+    result: EvalResult | None
+
+
 class HistoryScreen(Screen):
     CSS_PATH = Path(__file__).with_name("history.tcss")
     BINDINGS = [
@@ -44,13 +71,15 @@ class HistoryScreen(Screen):
         Binding("q", "back", "quit", show=False),
     ]
 
-    def __init__(self, history: Any, *, session: Any = None, standalone: bool = False) -> None:
+    def __init__(self, history: History, *, session: Session | None = None, standalone: bool = False) -> None:
         super().__init__()
         self.history, self.session, self.standalone = history, session, standalone
-        self.entries: list[Any] = []
+        self.entries: list[HistoryEntry] = []
         self.marked: str | None = None
         self.shown: str | None = None
         self.loaded_tip: str | None = None  # the branch tip the table was read at
+        self._reader: History | None = None  # the worker threads' own view of the repository
+        self._reading = threading.Lock()  # one reader at a time: gitpython's object reader is one process
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="panes"):
@@ -70,17 +99,34 @@ class HistoryScreen(Screen):
         self.reload()
         table.focus()
 
+    def on_unmount(self) -> None:
+        with self._reading:
+            if self._reader is not None:
+                self._reader.close()
+
     def on_screen_resume(self) -> None:
         # Kept between visits (the main screen installs it): read git again only if the branch moved.
-        tip = self.history.tip()
-        if tip != self.loaded_tip:
-            self.reload(tip)
+        self.reload(only_if_moved=True)
 
-    def reload(self, tip: str | None = None) -> None:
-        """Read the commits again; `tip`: the branch tip, when the caller has just read it."""
+    def _git(self) -> History:
+        if self._reader is None:
+            self._reader = History(self.history.kernel, self.history.branch)
+        return self._reader
+
+    @work(thread=True, exclusive=True, group="entries")
+    def reload(self, only_if_moved: bool = False) -> None:
+        """Read the commits again (on a thread); with only_if_moved, only when the branch tip moved."""
+        with self._reading:
+            git = self._git()
+            tip = git.tip()
+            if only_if_moved and tip == self.loaded_tip:
+                return
+            entries = git.entries()
+        self.post_message(EntriesRead(tip, entries))
+
+    def on_entries_read(self, message: EntriesRead) -> None:
         table = self.query_one("#commits", DataTable)
-        self.loaded_tip = tip or self.history.tip()
-        self.entries = self.history.entries()
+        self.loaded_tip, self.entries = message.tip, message.entries
         table.clear()
         for entry in self.entries:
             table.add_row(*entry_row(entry), key=entry.sha)
@@ -93,12 +139,22 @@ class HistoryScreen(Screen):
 
     def show(self, sha: str) -> None:
         self.shown = sha
+        self._read_detail(sha, self.marked if self.marked and self.marked != sha else None)
+
+    @work(thread=True, exclusive=True, group="detail")
+    def _read_detail(self, sha: str, against: str | None) -> None:
+        with self._reading:
+            git = self._git()
+            diff, result = git.diff(sha, against=against), git.result_of(sha)
+        self.post_message(DetailRead(sha, against, diff, result))
+
+    def on_detail_read(self, message: DetailRead) -> None:
+        if message.sha != self.shown:
+            return  # the reader has moved on to another row
+        sha, against, diff, result = message.sha, message.against, message.diff, message.result
         entry = next(e for e in self.entries if e.sha == sha)
-        against = self.marked if self.marked and self.marked != sha else None
-        diff = self.history.diff(sha, against=against)
         versus = f"against marked {against[:8]}" if against else "against its parent"
-        result = self.history.result_of(sha)
-        summary = result_summary(result.to_dict()) if result is not None else "no stored EvalResult"
+        summary = one_line(result) if result is not None else "no stored EvalResult"
         head = Text.assemble(
             (f"{sha[:8]} ", "bold"), entry.message, "\n", (f"diff {versus} · ", "dim"), summary,
         )
@@ -109,7 +165,7 @@ class HistoryScreen(Screen):
         self.query_one("#diff", FitStatic).update(
             Syntax(diff, "diff", theme="monokai", word_wrap=False) if diff.strip() else Text("(no change)")
         )
-        self.query_one(ScenarioTable).show(result.to_dict()["scenarios"] if result is not None else [])
+        self.query_one(ScenarioTable).show(result.scenarios if result is not None else [])
 
     def action_mark(self) -> None:
         if self.shown is None:

@@ -8,28 +8,31 @@ headless mode lacks.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Static, Tab, Tabs
 
 from kstui.engine import events as ev
 from kstui.views.columns import ColumnSplit
-from kstui.widgets.relayout import relayout_now
 from kstui.widgets.divider import Divider
 from kstui.widgets.footer import AlertFooter
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued, SessionEvent
 from kstui.widgets.question_box import QuestionBox, QueueList
+from kstui.widgets.relayout import relayout_now
 from kstui.widgets.source import SourcePane
 from kstui.widgets.speedup import SpeedupPanel
 from kstui.widgets.transcript import WINDOW, Transcript
 
 if TYPE_CHECKING:
+    from kstui.engine.history import History
+    from kstui.engine.session import Session
     from kstui.screens.bank import BankChoice
     from kstui.screens.replay import ReplayPlayer
 
@@ -52,6 +55,12 @@ class MiddleColumn(Vertical):
 
 class MainScreen(Screen):
     CSS_PATH = Path(__file__).with_name("main.tcss")
+
+    # What the status line shows, from the session's events; each change redraws it and the footer's keys.
+    status: var[str] = var("idle", init=False)
+    pause_requested: var[bool] = var(False, init=False)  # the agent stops at the next turn boundary
+    mode: var[str] = var("view", init=False)
+    turn: var[int | None] = var(None, init=False)
 
     BINDINGS = [
         Binding("a", "focus_question", "ask"),
@@ -77,7 +86,7 @@ class MainScreen(Screen):
         self,
         kernel: Path,
         *,
-        session: Any = None,
+        session: Session | None = None,
         replay: ReplayPlayer | None = None,
         baseline: str | None = None,
         watch: bool = True,
@@ -87,10 +96,7 @@ class MainScreen(Screen):
         self.session = session
         self.replay = replay
         self.kernel = kernel
-        self.status = "idle"
-        self.pause_requested = False  # the agent stops at the next turn boundary (status "paused" once there)
-        self.mode = "replay" if replay is not None else ("agent" if session is not None else "view")
-        self.turn: int | None = None
+        self.set_reactive(MainScreen.mode, "replay" if replay is not None else ("agent" if session is not None else "view"))
         self.events_seen = 0  # events fully applied to the panes (tests and the benchmark wait on it)
         self.split = ColumnSplit()
         self.source = SourcePane(
@@ -142,16 +148,13 @@ class MainScreen(Screen):
         self.queue.apply_event(event)
         if isinstance(event, ev.StatusChanged):
             self.status = event.status
-            self.refresh_bindings()
         elif isinstance(event, ev.PauseChanged):
             self.pause_requested = event.paused
-            self.refresh_bindings()
         elif isinstance(event, ev.TurnStarted):
             self.turn = event.turn
         elif isinstance(event, ev.SessionStarted):
             self.mode = "replay" if self.replay is not None else event.mode
             self.box.display = self.session is not None and self.mode == "agent"
-            self.refresh_bindings()
         elif isinstance(event, ev.Accepted) and self.replay is not None and self.replay.history is not None:
             # A replay shows each accepted version as it was committed, not today's file.
             self.source.show_version(self.replay.history.content_at(event.commit))
@@ -163,9 +166,16 @@ class MainScreen(Screen):
             self.notify(f"evaluation #{event.eval_no} failed: {event.error}", severity="error")
         elif isinstance(event, ev.Accepted):
             self.notify(f"accepted {event.commit[:7]}: geomean {event.geomean:.3f}×")
-        if isinstance(event, (ev.StatusChanged, ev.PauseChanged, ev.TurnStarted, ev.SessionStarted)):
-            self.update_status()
         self.events_seen += 1
+
+    def _status_changed(self) -> None:
+        self.refresh_bindings()
+        self.update_status()
+
+    watch_status = watch_pause_requested = watch_mode = _status_changed
+
+    def watch_turn(self) -> None:
+        self.update_status()
 
     def _stall_changed(self) -> None:
         trigger = self.speedup.state.trigger
@@ -199,12 +209,12 @@ class MainScreen(Screen):
         self.notify(f"question queued: asked {when}")
 
     def on_edit_queued(self, message: EditQueued) -> None:
-        if self.session is not None:
-            self.session.edit_queued(message.index, message.text)
+        if self.session is not None and not self.session.edit_queued(message.qid, message.text):
+            self.notify("that question was already delivered: the edit was not made", severity="warning")
 
     def on_remove_queued(self, message: RemoveQueued) -> None:
         if self.session is not None:
-            self.session.remove_queued(message.index)
+            self.session.remove_queued(message.qid)
 
     # --- keys --------------------------------------------------------------------------------
 
@@ -221,7 +231,7 @@ class MainScreen(Screen):
             return False
         return True
 
-    def _history(self) -> Any:
+    def _history(self) -> History | None:
         if self.session is not None:
             return self.session.history
         return self.replay.history if self.replay is not None else None

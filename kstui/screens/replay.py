@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 
 from kstui.engine import events as ev
 from kstui.widgets.messages import SessionEvent
+
+if TYPE_CHECKING:
+    from kstui.engine.history import History
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
 MAX_GAP_S = 1.0  # a long pause in the recording (an evaluation, a coffee) plays as at most this
@@ -18,7 +21,7 @@ MAX_GAP_S = 1.0  # a long pause in the recording (an evaluation, a coffee) plays
 @dataclass
 class ReplayPlayer:
     events: list[ev.Event]
-    history: Any = None
+    history: History | None = None
     speed_index: int = 2
     paused: bool = False
     position: int = 0

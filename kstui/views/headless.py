@@ -35,6 +35,7 @@ from kstui.engine.events import (
     Usage,
     UserMessage,
 )
+from kstui.engine.result_view import one_line
 
 if TYPE_CHECKING:
     from kstui.engine.session import Session
@@ -81,12 +82,8 @@ def format_event(event: Event) -> str | None:
     if isinstance(event, EvaluationFinished):
         if event.error:
             return f"eval #{event.eval_no} failed: {event.error}"
-        r = event.result or {}
-        scenarios = r.get("scenarios", [])
-        correct = sum(1 for s in scenarios if s.get("correct"))
-        noise = f" ± {r['noise_pct']:.2f}%" if r.get("noise_pct") is not None else ""
-        return (f"eval #{event.eval_no} finished: {correct}/{len(scenarios)} correct, geomean "
-                f"{_geo(r.get('geomean_speedup'))}{noise} ({event.seconds:.1f}s)")
+        summary = one_line(event.result) if event.result is not None else "no result"
+        return f"eval #{event.eval_no} finished: {summary} ({event.seconds:.1f}s)"
     if isinstance(event, Accepted):
         was = f" (was {_geo(event.previous)})" if event.previous is not None else " (baseline)"
         return f"ACCEPTED #{event.eval_no} {event.commit[:8]}: {_geo(event.geomean)}{was} — {event.message}"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from harness.result import EvalResult
 from kstui.engine import events as ev
-from kstui.views.format import baseline_name
+from kstui.engine.result_view import baseline_of_record
 
 
 @dataclass
@@ -24,7 +24,7 @@ class SpeedupState:
     best_commit: str | None = None
     baseline: str | None = None
     points: list[EvalPoint] = field(default_factory=list)
-    result: dict[str, Any] | None = None  # the latest EvalResult with scenarios
+    result: EvalResult | None = None  # the latest EvalResult with scenarios
     result_eval: int | None = None
     stalled: str | None = None
     limit_claim: str | None = None
@@ -63,12 +63,11 @@ class SpeedupState:
                 return True
             self.last_error = None
             self.device = describe_device(event.result)
-            scenarios = event.result.get("scenarios", [])
-            correct = sum(1 for s in scenarios if s.get("correct"))
-            self.points.append(EvalPoint(event.eval_no, event.result.get("geomean_speedup"), correct, len(scenarios)))
-            if scenarios:
+            r = event.result
+            self.points.append(EvalPoint(event.eval_no, r.geomean_speedup, r.correct_count, len(r.scenarios)))
+            if r.scenarios:
                 self.result, self.result_eval = event.result, event.eval_no
-                self.baseline = baseline_name(event.result) or self.baseline
+                self.baseline = baseline_of_record(event.result) or self.baseline
         elif isinstance(event, ev.Accepted):
             self.best, self.best_commit = event.geomean, event.commit
             self.stalled = self.limit_claim = None
@@ -83,7 +82,7 @@ class SpeedupState:
             # A question is the answer to a stall: stop asking for one.
             self.stalled = self.limit_claim = None
         elif isinstance(event, ev.Usage):
-            self.model = event.model
+            self.model = event.model or self.model
             self.input_tokens, self.output_tokens = event.input_tokens, event.output_tokens
             self.cache_read_tokens, self.cost_usd = event.cache_read_tokens, event.cost_usd
         elif isinstance(event, ev.StatusChanged):
@@ -101,9 +100,9 @@ class SpeedupState:
         return True
 
 
-def describe_device(result: dict[str, Any]) -> str | None:
+def describe_device(result: EvalResult) -> str | None:
     """'host · GPU 0 NVIDIA H200 · queued 1.2 s' from an EvalResult's device record (None if empty)."""
-    d = result.get("device") or {}
+    d = result.device
     gpus = d.get("gpus") or ([{"index": d.get("index"), "name": d.get("name")}] if d.get("name") else [])
     parts = [str(d["host"])] if d.get("host") else []
     if gpus:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.result import EvalResult
 from kstui.engine import events as ev
-from kstui.views.format import SOURCE_ICONS, SOURCE_LABELS, fmt_x, result_summary
+from kstui.engine.result_view import fmt_x, one_line
+from kstui.views.format import SOURCE_ICONS, SOURCE_LABELS
 
 BlockKind = Literal["text", "thinking", "tool", "eval", "question", "user", "notice", "error", "edit"]
 
@@ -24,7 +26,7 @@ class Block:
     status: str = ""  # running | ok | error | accepted | rejected
     source: str | None = None  # who asked, for questions
     turn: int | None = None
-    result: dict[str, Any] | None = None
+    result: EvalResult | None = None
     tool_input: dict[str, Any] | None = None  # formatted only when a reader opens the block
 
 
@@ -178,7 +180,7 @@ class TranscriptState:
         if e.result is None:
             return changes + self._update(index, title=f"{head} · failed: {e.error or 'no result'}", status="error")
         return changes + self._update(
-            index, title=f"{head} · {result_summary(e.result)}", result=e.result, detail=e.diff, status="done"
+            index, title=f"{head} · {one_line(e.result)}", result=e.result, detail=e.diff, status="done"
         )
 
     def _on_accepted(self, e: ev.Accepted) -> list[Change]:

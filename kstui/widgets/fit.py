@@ -12,9 +12,11 @@ from __future__ import annotations
 from textual.visual import VisualType
 from textual.widgets import Static
 
+from kstui.compat.textual_private import clear_box_model_cache
+
 
 class FitStatic(Static):
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
         super().update(content, layout=layout)
         if layout:
-            self._box_model_cache.clear()
+            clear_box_model_cache(self)

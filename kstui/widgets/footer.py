@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from textual.screen import Screen
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+
+from kstui.compat.textual_private import FooterKey, footer_bindings_ready
 
 
 def shown_bindings(screen: Screen) -> tuple:
@@ -37,13 +38,13 @@ class AlertFooter(Footer):
 
     def bindings_changed(self, screen: Screen) -> None:
         unchanged = self.is_attached and screen is self.screen and shown_bindings(screen) == self._composed
-        if self._bindings_ready and unchanged:
+        if footer_bindings_ready(self) and unchanged:
             return
         super().bindings_changed(screen)
 
     def compose(self):
         self.rebuilds += 1
-        self._composed = shown_bindings(self.screen) if self._bindings_ready else None
+        self._composed = shown_bindings(self.screen) if footer_bindings_ready(self) else None
         for widget in super().compose():
             if isinstance(widget, FooterKey) and widget.key in self.alert_keys:
                 widget.add_class("-alert")

@@ -27,10 +27,10 @@ class AskQuestion(Message):
 
 @dataclass
 class EditQueued(Message):
-    index: int
+    qid: int  # the queued question's own id (positions shift as the session delivers)
     text: str
 
 
 @dataclass
 class RemoveQueued(Message):
-    index: int
+    qid: int

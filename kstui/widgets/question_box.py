@@ -3,7 +3,7 @@ visible, editable queue of questions not yet delivered."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.binding import Binding
@@ -14,6 +14,9 @@ from kstui.engine import events as ev
 from kstui.views.format import SOURCE_ICONS
 from kstui.widgets.messages import AskQuestion, EditQueued, RemoveQueued
 
+if TYPE_CHECKING:
+    from kstui.engine.bank import Question
+
 PLACEHOLDER = "Ask the agent…  enter: queue for the next turn · ctrl+s: interrupt and ask now"
 
 
@@ -22,20 +25,20 @@ class QuestionBox(Input):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(placeholder=PLACEHOLDER, select_on_focus=False, **kwargs)
-        self.editing: int | None = None  # the queue position being edited, if any
+        self.editing: int | None = None  # the id of the queued question being edited, if any
         self._source = "human"
-        self._question: Any = None  # the bank question being edited before it is sent
+        self._question: Question | None = None  # the bank question being edited before it is sent
 
-    def prefill(self, question: Any, *, source: str) -> None:
+    def prefill(self, question: Question, *, source: str) -> None:
         """Put a bank question in the box to edit before sending; it keeps its source, id and kind."""
         self.value, self._source, self._question = question.text, source, question
         self.border_title = f"{source} question · edit, then enter to queue or ctrl+s to ask now"
         self.focus()
 
-    def edit(self, index: int, text: str) -> None:
-        self.editing = index
+    def edit(self, qid: int, position: int, text: str) -> None:
+        self.editing = qid
         self.value = text
-        self.border_title = f"editing queued question {index + 1} · enter saves · escape cancels"
+        self.border_title = f"editing queued question {position + 1} · enter saves · escape cancels"
         self.focus()
 
     def _finish_edit(self) -> None:
@@ -101,9 +104,9 @@ class QueueList(OptionList):
 
     def action_edit_selected(self) -> None:
         if self.highlighted is not None and self.highlighted < len(self.queue):
-            box = self.screen.query_one(QuestionBox)
-            box.edit(self.highlighted, str(self.queue[self.highlighted].get("text", "")))
+            item = self.queue[self.highlighted]
+            self.screen.query_one(QuestionBox).edit(item["id"], self.highlighted, str(item.get("text", "")))
 
     def action_remove_selected(self) -> None:
         if self.highlighted is not None and self.highlighted < len(self.queue):
-            self.post_message(RemoveQueued(self.highlighted))
+            self.post_message(RemoveQueued(self.queue[self.highlighted]["id"]))

@@ -6,8 +6,9 @@ have gone idle and asked for it; streamed text keeps that timer part-way through
 that moves a divider waited 7-17 ms before its frame began (`u`: 52 -> 30 ms median in the key
 benchmark). A terminal resize does not wait: Textual lays the screen out there and then
 (`Screen._refresh_layout`), and these are the same kind of change. A container keeps its arrangement
-cached by its own size, which a divider move leaves as it was, so that cache goes first. Both names are
-Textual's private ones (8.2); the pilot test of the resize keys fails if they stop doing this. (No full
+cached by its own size, which a divider move leaves as it was, so that cache goes first. Both are
+Textual's private names (kstui/compat/textual_private.py); the pilot test of the resize keys fails if
+they stop doing this. (No full
 garbage collection starts inside that frame: the app holds them from an input to its frame,
 kstui/collector.py.)
 """
@@ -17,8 +18,10 @@ from __future__ import annotations
 from textual.screen import Screen
 from textual.widget import Widget
 
+from kstui.compat.textual_private import clear_arrangement_cache, refresh_layout
+
 
 def relayout_now(screen: Screen, row: Widget) -> None:
     """`row`'s children changed (in width, or in number): lay `screen` out and paint it before returning."""
-    row._clear_arrangement_cache()
-    screen._refresh_layout()
+    clear_arrangement_cache(row)
+    refresh_layout(screen)

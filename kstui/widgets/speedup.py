@@ -10,11 +10,13 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
+from harness.result import ScenarioResult
 from kstui.engine import events as ev
+from kstui.engine.result_view import fmt_x
+from kstui.views.format import fmt_num, fmt_tokens
+from kstui.views.speedup_state import SpeedupState
 from kstui.widgets.fit import FitStatic
 from kstui.widgets.steady import SteadyScrollbars
-from kstui.views.format import fmt_num, fmt_tokens, fmt_x
-from kstui.views.speedup_state import SpeedupState
 
 if TYPE_CHECKING:
     from kstui.widgets.plot import FigurePlot
@@ -42,26 +44,24 @@ class ScenarioTable(DataTable, SteadyScrollbars):  # DataTable first: Textual ta
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.sort_column = FIELDS.index("id")
         self.sort_reverse = False
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[ScenarioResult] = []
 
     def on_mount(self) -> None:
         for name, key in zip(COLUMNS, FIELDS):
             self.add_column(name, key=key)
 
-    def show(self, scenarios: list[dict[str, Any]]) -> None:
+    def show(self, scenarios: list[ScenarioResult]) -> None:
         self._rows = scenarios
         self._fill()
 
     def _fill(self) -> None:
         field = FIELDS[self.sort_column]
-        rows = sorted(self._rows, key=lambda s: sort_key(s.get(field)), reverse=self.sort_reverse)
+        rows = sorted(self._rows, key=lambda s: sort_key(getattr(s, field)), reverse=self.sort_reverse)
         self.clear()
         for s in rows:
-            ok = Text("✓", style="green") if s.get("correct") else Text(s.get("verdict", "✗"), style="bold red")
-            self.add_row(
-                ok, fmt_x(s.get("speedup")), fmt_num(s.get("time_us")), fmt_num(s.get("baseline_us")),
-                fmt_num(s.get("tflops")), s.get("id", "?"), key=s.get("id"),
-            )
+            ok = Text("✓", style="green") if s.correct else Text(s.verdict, style="bold red")
+            self.add_row(ok, fmt_x(s.speedup), fmt_num(s.time_us), fmt_num(s.baseline_us), fmt_num(s.tflops), s.id,
+                         key=s.id)
 
     def action_cycle_sort(self) -> None:
         self.sort_column = (self.sort_column + 1) % len(FIELDS)
@@ -140,7 +140,7 @@ class SpeedupPanel(Vertical):
         self._stall.display = bool(s.stalled or s.limit_claim)
         self._draw_plot()
         if table and s.result is not None:
-            self._table.show(s.result.get("scenarios", []))
+            self._table.show(s.result.scenarios)
             self._table.border_title = f"scenarios · evaluation #{s.result_eval}"
         cost = f"${s.cost_usd:.2f}"
         self._usage.update(

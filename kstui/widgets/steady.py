@@ -11,15 +11,16 @@ size and its own virtual size: a layout that leaves those as they were is skippe
 from __future__ import annotations
 
 from textual.geometry import Size
-from textual.scroll_view import ScrollView
+
+from kstui.compat.textual_private import SizeFilteredScrollView
 
 
-class SteadyScrollbars(ScrollView):
+class SteadyScrollbars(SizeFilteredScrollView):
     _steady_key: tuple[Size, Size, Size] | None = None
 
-    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+    def size_update_needed(self, size: Size, virtual_size: Size, container_size: Size) -> bool:
         key = (size, container_size, self.virtual_size)
         if key == self._steady_key:
             return False
         self._steady_key = key
-        return super()._size_updated(size, virtual_size, container_size, layout)
+        return True

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from textual.timer import Timer
 from textual.widgets import Markdown
-from textual.widgets._markdown import MarkdownStream
+from textual.widgets.markdown import MarkdownStream
 
-from kstui.widgets.transcript import BlockView
 from kstui.views.transcript_state import Block
+from kstui.widgets.block_view import BlockView
 
 STREAM_PERIOD_S = 0.1  # streamed text is painted up to 10 times a second, however fast it arrives
 

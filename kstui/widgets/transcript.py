@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -24,11 +23,14 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button
 
+from harness.result import EvalResult
 from kstui.engine import events as ev
-from kstui.widgets.fit import FitStatic
-from kstui.views.format import fmt_num, fmt_x
-from kstui.widgets.relayout import relayout_now
+from kstui.engine.result_view import fmt_x
+from kstui.views.format import fmt_num
 from kstui.views.transcript_state import Block, Change, TranscriptState
+from kstui.widgets.block_view import BlockView
+from kstui.widgets.fit import FitStatic
+from kstui.widgets.relayout import relayout_now
 
 SHOWN_CHARS = 8_000  # a tool result is kept whole in state; the view shows its head
 # Blocks kept mounted: a few screens of collapsed blocks. Every mounted block is laid out again when
@@ -46,31 +48,15 @@ def clip(text: str) -> str:
     return f"{text[:SHOWN_CHARS]}\n… {len(text) - SHOWN_CHARS:,} more characters"
 
 
-def scenario_table(result: dict[str, Any]) -> Table:
+def scenario_table(result: EvalResult) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     for name, justify in (("scenario", "left"), ("verdict", "left"), ("µs", "right"), ("base µs", "right"),
                           ("speedup", "right"), ("TFLOP/s", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for s in result.get("scenarios", []):
-        verdict = Text(s.get("verdict", "?"), style="green" if s.get("correct") else "bold red")
-        table.add_row(
-            s.get("id", "?"), verdict, fmt_num(s.get("time_us")), fmt_num(s.get("baseline_us")),
-            fmt_x(s.get("speedup")), fmt_num(s.get("tflops")),
-        )
+    for s in result.scenarios:
+        verdict = Text(s.verdict, style="green" if s.correct else "bold red")
+        table.add_row(s.id, verdict, fmt_num(s.time_us), fmt_num(s.baseline_us), fmt_x(s.speedup), fmt_num(s.tflops))
     return table
-
-
-class BlockView:
-    """What every block view does: show its block again after the block changed."""
-
-    def show(self, block: Block) -> None:
-        raise NotImplementedError
-
-    async def stream(self, text: str) -> None:
-        """A delta arrived for this block (only text and thinking blocks stream)."""
-
-    async def close(self) -> None:
-        """The block will not grow any more."""
 
 
 STATUS_STYLES = {

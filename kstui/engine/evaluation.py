@@ -1,0 +1,234 @@
+"""Evaluations of the kernel and what follows from each: the verdict, a re-check, the commit, the events.
+
+One evaluation at a time (a new request waits for the one in flight). Every executor call is an
+evaluation with its own number. The kernel's text is read once, before the executor runs; a file that
+changed meanwhile is rejected, so what is committed is exactly what was judged. An evaluation on a
+scenario set other than the session's own is information for the agent, never a candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from harness.result import EvalResult
+from kstui.engine.acceptance import Verdict, decide, decide_recheck, failure_reason
+from kstui.engine.config import SessionConfig
+from kstui.engine.events import Accepted, Error, EvaluationFinished, EvaluationStarted, Event, Rejected
+from kstui.engine.history import History, HistoryError
+from kstui.engine.integrity import JudgeFingerprint
+from kstui.engine.kernel_file import KernelFile, unified_diff
+from kstui.engine.question_queue import QueuedQuestion
+from kstui.engine.result_view import agent_summary
+from kstui.engine.snapshots import Snapshots
+from kstui.engine.state import SessionState
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from kstui.executors.protocol import Executor
+
+
+class Evaluator:
+    def __init__(self, config: SessionConfig, executor: Executor, history: History, kernel: KernelFile,
+                 state: SessionState, emit: Callable[[Event], None], *,
+                 observed: Callable[[bool], None], last_question: Callable[[], QueuedQuestion | None],
+                 wake: Callable[[], None]) -> None:
+        self.config, self.executor, self.history, self.kernel, self.state = config, executor, history, kernel, state
+        self._emit = emit
+        self._observed = observed  # told whether each candidate was accepted (the stall detector)
+        self._last_question = last_question
+        self._wake = wake
+        self.lock = asyncio.Lock()
+        self._task: asyncio.Task[str] | None = None
+        self._fingerprint: JudgeFingerprint | None = None
+        self._snapshots = Snapshots(config.kernel)
+        self.last_evaluated: str | None = None  # the text the last evaluation judged
+        self._last_error = ""
+        self._best_noise_cache: tuple[str, float | None] | None = None
+        self._best_text_cache: tuple[str, str] | None = None
+
+    def start(self) -> None:
+        """Fingerprint the judge as it is now: a change later stops every evaluation."""
+        self._fingerprint = JudgeFingerprint(self.config.harness_dir)
+
+    def close(self) -> None:
+        self._snapshots.close()
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked()
+
+    def cancel(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def evaluate(self, scenarios: str | None = None) -> str:
+        """Evaluate the kernel on disk, decide, commit or reject. Returns the agent's summary."""
+        async with self.lock:
+            self._task = asyncio.ensure_future(self._evaluate_locked(scenarios or self.config.scenarios))
+            try:
+                return await self._task
+            finally:
+                self._task = None
+
+    async def _evaluate_locked(self, scenarios: str) -> str:
+        changed = self._judge_changed()
+        if changed:
+            return changed
+        content = self.kernel.read()
+        self.last_evaluated = content
+        best_text = self._best_text()
+        # Against the best accepted version; before there is one, against nothing: the whole text, so a
+        # rejected version is never lost.
+        diff = unified_diff(best_text or "", content, self.kernel.path.name)
+        fresh_best: EvalResult | None = None
+        if best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios:
+            (eval_no, result), fresh_best = await self._beside_best(best_text, scenarios, diff)
+        else:
+            eval_no, result = await self._run(self.kernel.path, scenarios, diff=diff)
+        if result is None:
+            self._observed(False)
+            return f"evaluation error: {self._last_error}"
+        if self.kernel.read() != content:
+            return self._reject(eval_no, result, "the kernel changed on disk while it was being evaluated; "
+                                                 "evaluate again")
+        if scenarios != self.config.scenarios:
+            # Correct on a subset is not correct on every shape: a partial evaluation is information only.
+            reason = f"evaluated on '{scenarios}': only a '{self.config.scenarios}' evaluation can be accepted"
+            self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
+            return agent_summary(result) + f"\nNOT A CANDIDATE: {reason}"
+        best_geomean, best_noise = self.state.best_geomean, self._best_noise()
+        if fresh_best is not None:
+            best_geomean, best_noise = fresh_best.geomean_speedup, fresh_best.noise_pct
+        verdict = decide(result, best_geomean, best_noise,
+                        floor_pct=self.config.noise_floor_pct, borderline_factor=self.config.borderline_factor)
+        if verdict.kind == "borderline":
+            verdict, result = await self._recheck(content, result, scenarios)
+        if verdict.kind != "accept":
+            return self._reject(eval_no, result, verdict.reason)
+        return self._accept(eval_no, content, result, verdict)
+
+    def _reject(self, eval_no: int, result: EvalResult, reason: str) -> str:
+        self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
+        self._observed(False)
+        return agent_summary(result) + f"\nREJECTED: {reason}"
+
+    def _accept(self, eval_no: int, content: str, result: EvalResult, verdict: Verdict) -> str:
+        previous = self.state.best_geomean
+        q = self._last_question()
+        # Commit and Accepted event with no await between: a stop() cannot split them.
+        try:
+            entry = self.history.commit_accepted(content, result, previous=previous, turn=self.state.turn,
+                                                 question=q.text if q else None,
+                                                 question_source=q.source if q else None, eval_no=eval_no)
+        except HistoryError as exc:
+            self._emit(Error(message=f"could not commit the accepted version: {exc}", where="git"))
+            self._emit(Rejected(eval_no=eval_no, reason=f"not committed: {exc}", geomean=result.geomean_speedup))
+            return agent_summary(result) + f"\nNOT COMMITTED (git failed: {exc}); evaluate again"
+        geomean = result.geomean_speedup or 0.0
+        self._emit(Accepted(eval_no=eval_no, commit=entry.sha, geomean=geomean, previous=previous,
+                            correct=result.correct_count, total=len(result.scenarios), message=entry.message))
+        self._observed(True)
+        was = f", previous best {previous:.4g}x" if previous is not None else " (the baseline)"
+        return agent_summary(result) + f"\nACCEPTED as commit {entry.short}: {geomean:.4g}x{was}. {verdict.reason}"
+
+    def _best_noise(self) -> float | None:
+        """The best accepted result's noise, read from its git note once per commit."""
+        commit = self.state.best_commit
+        if commit is None:
+            return None
+        if self._best_noise_cache is None or self._best_noise_cache[0] != commit:
+            best = self.history.result_of(commit)
+            self._best_noise_cache = (commit, best.noise_pct if best else None)
+        return self._best_noise_cache[1]
+
+    def _best_text(self) -> str | None:
+        commit = self.state.best_commit
+        if commit is None:
+            return None
+        if self._best_text_cache is None or self._best_text_cache[0] != commit:
+            try:
+                self._best_text_cache = (commit, self.history.content_at(commit))
+            except HistoryError:
+                return None
+        return self._best_text_cache[1]
+
+    async def _run(self, path: Path, scenarios: str, *, diff: str = "",
+                   label: str = "") -> tuple[int, EvalResult | None]:
+        eval_no = self.state.evals + 1
+        where = self.executor.describe() + (f" ({label})" if label else "")
+        self._emit(EvaluationStarted(eval_no=eval_no, kernel_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                                     scenarios=scenarios, where=where))
+        started = time.monotonic()
+        try:
+            result = await self.executor.evaluate(path, scenarios=scenarios, extra_args=self.config.eval_args)
+        except asyncio.CancelledError:
+            self._emit(EvaluationFinished(eval_no=eval_no, result=None, error="cancelled: the session stopped",
+                                          diff=diff, where=where, seconds=time.monotonic() - started))
+            raise
+        except Exception as exc:  # ExecutorError is the expected one; any other failure is reported alike
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._last_error = message
+            self._emit(Error(message=f"evaluation {eval_no}: {message}", where="executor"))
+            self._emit(EvaluationFinished(eval_no=eval_no, result=None, error=message, diff=diff, where=where,
+                                          seconds=time.monotonic() - started))
+            return eval_no, None
+        self._emit(EvaluationFinished(eval_no=eval_no, result=result, diff=diff, where=where,
+                                      seconds=time.monotonic() - started))
+        return eval_no, result
+
+    async def _beside_best(self, best_text: str, scenarios: str,
+                           diff: str) -> tuple[tuple[int, EvalResult | None], EvalResult | None]:
+        """The candidate and the best at once, on spare GPUs: the margin then rests on fresh numbers of
+        both, taken under the same conditions. A best that fails to re-time leaves the recorded figure."""
+        best_path = self._snapshots.write("best", best_text)
+        try:
+            candidate, (_, best) = await asyncio.gather(
+                self._run(self.kernel.path, scenarios, diff=diff),
+                self._run(best_path, scenarios, label="best, re-timed on a spare GPU"))
+        finally:
+            self._snapshots.remove(best_path)
+        fresh = best if best is not None and failure_reason(best) is None and best.geomean_speedup else None
+        return candidate, fresh
+
+    async def _recheck(self, content: str, first: EvalResult, scenarios: str) -> tuple[Verdict, EvalResult]:
+        """Re-evaluate the candidate and the best, interleaved, from snapshots; decide on the fresh numbers."""
+        best_text = self._best_text()
+        if best_text is None:
+            return Verdict("reject", "borderline and the best version cannot be read back for a recheck"), first
+        paths = [(self._snapshots.write("candidate", content), "recheck candidate"),
+                 (self._snapshots.write("best", best_text), "recheck best")]
+        rounds: dict[str, list[EvalResult]] = {"recheck candidate": [], "recheck best": []}
+        try:
+            for _ in range(max(1, self.config.recheck_rounds)):
+                for path, label in paths:
+                    _, r = await self._run(path, scenarios, label=label)
+                    if r is None:
+                        return Verdict("reject", f"borderline, and the {label} failed: {self._last_error}"), first
+                    failure = failure_reason(r) or (None if r.geomean_speedup else "no geomean")
+                    if failure:
+                        return Verdict("reject", f"borderline, and the {label} did not pass: {failure}"), first
+                    rounds[label].append(r)
+        finally:
+            for path, _ in paths:
+                self._snapshots.remove(path)
+        candidates = rounds["recheck candidate"]
+        verdict = decide_recheck(candidates, rounds["recheck best"], floor_pct=self.config.noise_floor_pct)
+        return verdict, candidates[-1]
+
+    def _judge_changed(self) -> str | None:
+        if not self.state.harness_ok:
+            return "evaluation stopped: the harness changed during this session"
+        names = self._fingerprint.changed() if self._fingerprint is not None else []
+        if not names:
+            return None
+        self.state.harness_ok = False
+        message = (f"the harness changed during the session ({', '.join(names[:5])}): evaluation stopped; "
+                   f"restore the harness and start a new session")
+        self._emit(Error(message=message, where="harness"))
+        self._wake()
+        return "evaluation stopped: " + message
