@@ -79,3 +79,11 @@ def test_read_config_file_reports_unreadable(tmp_path: Path) -> None:
     bad.write_bytes(b"\xff\xfe model = 1")
     with pytest.raises(ConfigError, match="kstui.toml"):
         read_config_file(bad)
+
+
+def test_the_default_harness_dir_is_the_installed_harness(tmp_path: Path, kernel: Path) -> None:
+    import harness
+
+    config = build_config(kernel, env=_env(tmp_path))
+    assert config.harness_dir == Path(harness.__file__).resolve().parent
+    assert (config.harness_dir / "runner.py").is_file()  # the judge whose files the session fingerprints

@@ -27,6 +27,7 @@ from kstui.engine.events import (
     ToolCallStarted,
     TurnFinished,
     TurnStarted,
+    Usage,
 )
 from kstui.engine.session import Session
 
@@ -221,8 +222,14 @@ async def test_resume_in_process_continues_counters_cost_and_queue(tmp_path: Pat
     assert one.cost_usd > 0 and [q.text for q in first.queue] == ["queued for later"]
     with MessagesServer([reply(text("resumed"), usage=usage)]) as server:
         second = Session.build(_config(kernel, server, model="claude-fable-5-2", resume=True), FakeExecutor())
+        seen = EventLog()
+        second.subscribe(seen)
         two = await asyncio.wait_for(second.run(), 30)
         body = server.requests[0].body
+    # What a view is shown is the session's spending, resumed runs included: first what was spent
+    # before, at once, then the total after the new reply; never the new process's own figure alone.
+    shown = [u.cost_usd for u in seen.of(Usage)]
+    assert shown == [pytest.approx(one.cost_usd), pytest.approx(two.cost_usd)]
     assert two.session_id == one.session_id and two.trace == one.trace
     assert two.cost_usd == pytest.approx(one.cost_usd * 1.5, rel=0.05)  # two replies before, one after
     assert two.turns == 3 and two.evals == 1 and two.accepted == 1
