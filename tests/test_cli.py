@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import make_workspace
+from fakes import kernel_text, make_workspace
 
 from kstui.cli import main
 
@@ -113,13 +113,13 @@ def test_log_and_replay_bad_input(tmp_path: Path, capsys) -> None:
 
 
 def test_manual_headless_run_then_log_and_replay(tmp_path: Path, capsys) -> None:
-    """A whole CLI round: run in manual mode with a budget of one evaluation (the initial save)."""
+    """A whole CLI round: run in manual mode with a budget of two evaluations (the start and one save)."""
     kernel = make_workspace(tmp_path / "ws", 1.2)
     fakes = Path(__file__).resolve().parent / "fakes.py"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--no-agent", "--max-evals", "1",
+        [sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--no-agent", "--max-evals", "2",
          "--eval-cmd", f"{sys.executable} {fakes} {{file}}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -127,22 +127,22 @@ def test_manual_headless_run_then_log_and_replay(tmp_path: Path, capsys) -> None
         for line in proc.stdout:  # wait until the session is up and watching, then save the kernel
             if line.startswith("session "):
                 break
-        kernel.write_text(kernel.read_text() + "// saved\n")
+        kernel.write_text(kernel_text(1.5))
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, out + err
-    assert "ACCEPTED #1" in out and "best: 1.2" in out
+    assert "start: 1.2x geomean (4/4 correct)" in out and "ACCEPTED #2" in out and "best: 1.499x" in out
 
     assert main(["log", str(kernel), "--print"]) == 0
     logged = capsys.readouterr().out
-    assert "k: " in logged and "1.2" in logged
+    assert "k: 1.20x -> 1.50x" in logged and "k: start, 1.20x geomean (4/4 correct)" in logged
     trace = next((kernel.parent / ".kstui" / "sessions").glob("*/trace.jsonl"))
     assert main(["replay", str(trace), "--print"]) == 0
     replayed = capsys.readouterr().out
-    assert "ACCEPTED #1" in replayed and "session ended: max evals reached" in replayed
+    assert "ACCEPTED #2" in replayed and "session ended: max evals reached" in replayed
     assert main(["replay", str(trace.parent), "--analysis"]) == 0
     assert capsys.readouterr().out.strip()
 

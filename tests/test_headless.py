@@ -43,18 +43,22 @@ def _config(kernel: Path, server: MessagesServer) -> SessionConfig:
 
 async def test_headless_session_prints_and_exits_zero_when_accepted(tmp_path: Path) -> None:
     kernel = make_workspace(tmp_path / "ws", 1.0)
-    script = [reply(text("Measuring the kernel as it is.\nThen I improve it.", chunks=9), tool_use("evaluate", {})),
+    faster = tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.0", "new_string": "speedup=1.3"})
+    script = [reply(text("Making it faster.\nThen measuring it.", chunks=9), faster, tool_use("evaluate", {})),
               reply(text("Done."))]
     with MessagesServer(script) as server:
         out = io.StringIO()
         code = await run_headless(Session.build(_config(kernel, server), FakeExecutor()), out)
     lines = out.getvalue().splitlines()
     assert code == 0
-    assert "  Measuring the kernel as it is." in lines and "  Then I improve it." in lines
-    assert any(line.startswith("ACCEPTED #1 ") for line in lines)
+    assert "  Making it faster." in lines and "  Then measuring it." in lines
+    assert any(line.startswith("start: ") and "x geomean (4/4 correct), commit " in line for line in lines)
+    assert any(line.startswith("ACCEPTED #2 ") for line in lines)
+    progress = [i for i, line in enumerate(lines) if line.startswith("eval #1: correctness 1/4")]
+    assert len(progress) == 1 and lines[progress[0] - 1].startswith("eval #1 started")  # while it runs
     assert lines[-2] == "session ended: agent finished"
-    assert lines[-1].startswith("best: ") and "x geomean (4/4 correct), commit " in lines[-1]
-    assert "1 accepted in this session, 1 evaluations" in lines[-1]
+    assert lines[-1].startswith("best: 1.3x geomean (4/4 correct), commit ")
+    assert "1 accepted in this session, 2 evaluations" in lines[-1]
 
 
 async def test_headless_exit_code_is_one_when_nothing_was_accepted(tmp_path: Path) -> None:
@@ -65,5 +69,6 @@ async def test_headless_exit_code_is_one_when_nothing_was_accepted(tmp_path: Pat
         code = await run_headless(Session.build(_config(kernel, server), FakeExecutor()), out)
     text_out = out.getvalue()
     assert code == 1
-    assert "rejected #1: build failed: k.cu:4: expected a ';'" in text_out
-    assert text_out.splitlines()[-1] == "best: nothing accepted (1 evaluations)"
+    assert "start: your kernel does not pass as brought (build failed: k.cu:4: expected a ';')" in text_out
+    assert "rejected #2: build failed: k.cu:4: expected a ';'" in text_out
+    assert text_out.splitlines()[-1] == "best: nothing accepted (2 evaluations)"

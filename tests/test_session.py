@@ -18,12 +18,14 @@ from kstui.engine.events import (
     AssistantMessage,
     Error,
     EvaluationFinished,
+    EvaluationStarted,
     ExternalEdit,
     LimitClaimed,
     QuestionAsked,
     QueueChanged,
     Rejected,
     SessionEnded,
+    StartingPoint,
     TextDelta,
     ToolCallFinished,
     TurnStarted,
@@ -79,10 +81,13 @@ async def test_scripted_session_edits_evaluates_is_asked_and_commits(tmp_path: P
         session.subscribe(log)
         summary = await asyncio.wait_for(session.run(), 60)
 
+    (start,) = log.of(StartingPoint)
     accepted = log.of(Accepted)
-    assert [round(a.geomean, 1) for a in accepted] == [1.0, 1.3, 1.8]
-    assert accepted[0].previous is None and accepted[2].previous == accepted[1].geomean
-    assert summary.accepted == 3 and summary.evals == 3 and summary.best_commit == accepted[-1].commit
+    assert round(start.geomean, 1) == 1.0 and [round(a.geomean, 1) for a in accepted] == [1.3, 1.8]
+    assert accepted[0].previous == start.geomean and accepted[1].previous == accepted[0].geomean
+    assert summary.accepted == 2 and summary.evals == 4 and summary.best_commit == accepted[-1].commit
+    # The agent's own evaluation of the unchanged kernel is no gain over the start: never a commit.
+    assert "not faster" in log.of(Rejected)[0].reason and log.of(Rejected)[0].eval_no == 2
 
     claims = log.of(LimitClaimed)
     assert claims and "hardware limit" in claims[0].sentence
@@ -91,7 +96,8 @@ async def test_scripted_session_edits_evaluates_is_asked_and_commits(tmp_path: P
     assert asked[0].text in seen["question"]  # delivered as user text at the turn boundary
 
     entries = session.history.entries()
-    assert [e.sha for e in entries] == [a.commit for a in reversed(accepted)]
+    assert [e.sha for e in entries] == [a.commit for a in reversed(accepted)] + [start.commit]
+    assert entries[-1].start and not entries[0].start
     assert entries[0].question == asked[0].text and entries[0].question_source == "self"
     assert "speedup=1.8" in session.history.content_at(entries[0].sha)
     assert session.history.result_of(entries[0].sha).geomean_speedup == pytest.approx(accepted[-1].geomean)
@@ -137,10 +143,13 @@ async def test_executor_failure_is_reported_and_the_session_goes_on(tmp_path: Pa
         summary = await asyncio.wait_for(session.run(), 30)
         first_result = server.requests[1].body["messages"][-1]["content"][0]["content"]
     failed = [e for e in log.of(EvaluationFinished) if e.error]
-    assert len(failed) == 1 and "unreachable" in failed[0].error and failed[0].result is None
+    assert len(failed) == 2 and all("unreachable" in e.error and e.result is None for e in failed)  # start too
     assert any(e.where == "executor" and "unreachable" in e.message for e in log.of(Error))
     assert "unreachable" in first_result
-    assert summary.accepted == 1 and len(server.requests) == 4
+    (start,) = log.of(StartingPoint)
+    assert start.geomean is None and "unreachable" in start.reason
+    (accepted,) = log.of(Accepted)  # so the first version that passes is the start
+    assert accepted.previous is None and summary.accepted == 1 and len(server.requests) == 4
 
 
 async def test_ask_with_interrupt_stops_the_stream_and_delivers_at_once(tmp_path: Path) -> None:
@@ -284,7 +293,7 @@ async def test_human_edit_during_an_evaluation_is_external_and_the_result_is_not
         log = EventLog()
         session.subscribe(log)
         task = asyncio.create_task(session.run())
-        await log.wait_for(TurnStarted)
+        await log.wait_for(EvaluationStarted, 2)  # the agent's, after the start's
         await asyncio.sleep(0.5)  # inside the evaluation
         kernel.write_text(kernel_text(1.0, "// human was here\n"))
         await asyncio.wait_for(task, 30)

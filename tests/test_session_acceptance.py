@@ -14,7 +14,7 @@ from fakes import EventLog, FakeExecutor, kernel_text, make_workspace
 from harness.result import EvalResult
 from kstui.engine.acceptance import decide
 from kstui.engine.config import SessionConfig
-from kstui.engine.events import Accepted, Error, EvaluationStarted, Rejected, Rewound, SessionStarted
+from kstui.engine.events import Accepted, Error, EvaluationStarted, Rejected, Rewound, SessionStarted, StartingPoint
 from kstui.engine.session import Session
 
 
@@ -75,6 +75,7 @@ async def _manual(kernel: Path, executor: FakeExecutor, **kw: Any) -> tuple[Sess
     session.subscribe(log)
     task = asyncio.create_task(session.run())
     await log.wait_for(SessionStarted)
+    await log.wait_for(StartingPoint)  # every session first evaluates the kernel as the user brought it
     return session, task, log
 
 
@@ -87,19 +88,20 @@ async def test_borderline_gain_is_rechecked_interleaved_and_accepted(tmp_path: P
     kernel = make_workspace(tmp_path / "ws", 1.0)
     fake = FakeExecutor()
     session, task, log = await _manual(kernel, fake)
-    await session.evaluate_now()
     kernel.write_text(kernel_text(1.01))
     await session.evaluate_now()
     await _finish(session, task)
-    assert len(log.of(Accepted)) == 2
+    (start,), (accepted,) = log.of(StartingPoint), log.of(Accepted)
+    assert start.geomean == pytest.approx(1.0, rel=0.01) and accepted.previous == start.geomean
     paths = [p for p, _ in fake.calls]
-    assert paths[:2] == [kernel, kernel] and [p.name for p in paths] == ["k.cu"] * 6
-    # Re-evaluated from copies kept outside the workspace, each with the kernel's own name (part of the build).
-    assert [p.parent.name for p in paths[2:]] == ["candidate", "best", "candidate", "best"]
-    assert not any(p.is_relative_to(kernel.parent) for p in paths[2:])
-    committed = session.history.result_of(log.of(Accepted)[1].commit)
+    assert paths[1] == kernel and [p.name for p in paths] == ["k.cu"] * 6
+    # The start and the re-checks are evaluated from copies kept outside the workspace, each with the
+    # kernel's own name (part of the build).
+    assert [p.parent.name for p in paths[:1] + paths[2:]] == ["start", "candidate", "best", "candidate", "best"]
+    assert not any(p.is_relative_to(kernel.parent) for p in paths[:1] + paths[2:])
+    committed = session.history.result_of(accepted.commit)
     assert committed is not None and committed.device["call_no"] == 5  # the last recheck's fresh measurement
-    assert not any(p.exists() for p in paths[2:])  # snapshots removed
+    assert not any(p.exists() for p in paths[:1] + paths[2:])  # snapshots removed
     assert [e.eval_no for e in log.of(EvaluationStarted)] == [1, 2, 3, 4, 5, 6]
 
 
@@ -108,40 +110,40 @@ async def test_borderline_gain_that_vanishes_on_recheck_is_rejected(tmp_path: Pa
     # the candidate's rechecks run 2% slower: its first, lucky measurement does not survive
     fake = FakeExecutor(drift=lambda call_no, text: 1.02 if "speedup=1.01" in text and call_no > 2 else 1.0)
     session, task, log = await _manual(kernel, fake)
-    await session.evaluate_now()
     kernel.write_text(kernel_text(1.01))
     await session.evaluate_now()
     await _finish(session, task)
-    assert len(log.of(Accepted)) == 1
+    assert log.of(Accepted) == []
     assert "rechecked 2x interleaved" in log.of(Rejected)[0].reason
-    assert len(session.history.entries()) == 1
+    (start,) = session.history.entries()
+    assert start.start and start.sha == log.of(StartingPoint)[0].commit
 
 
 async def test_clear_gain_needs_no_recheck_and_noise_blocks_a_small_one(tmp_path: Path) -> None:
     kernel = make_workspace(tmp_path / "ws", 1.0)
     fake = FakeExecutor(spread_pct=4.0)
     session, task, log = await _manual(kernel, fake)
-    await session.evaluate_now()
     kernel.write_text(kernel_text(1.02))  # 2% faster but noise is ~2.8%
     await session.evaluate_now()
     kernel.write_text(kernel_text(1.5))
     await session.evaluate_now()
     await _finish(session, task)
-    assert [a.geomean for a in log.of(Accepted)] == [pytest.approx(1.0, rel=0.03), pytest.approx(1.5, rel=0.03)]
+    assert log.of(StartingPoint)[0].geomean == pytest.approx(1.0, rel=0.03)
+    assert [a.geomean for a in log.of(Accepted)] == [pytest.approx(1.5, rel=0.03)]
     assert len(log.of(Rejected)) == 1 and len(fake.calls) == 2 + 4 + 1
 
 
 async def test_manual_mode_evaluates_every_real_save(tmp_path: Path) -> None:
     kernel = make_workspace(tmp_path / "ws", 1.0)
     session, task, log = await _manual(kernel, FakeExecutor())
-    _save(kernel, kernel_text(1.0, "// first save\n"))
-    await log.wait_for(Accepted, 1)
+    _save(kernel, kernel_text(0.9, "// first save\n"))
+    await log.wait_for(Rejected, 1)  # slower than the start
     _save(kernel, kernel_text(1.3))
-    await log.wait_for(Accepted, 2)
+    await log.wait_for(Accepted, 1)
     _save(kernel, kernel_text(1.1))
-    await log.wait_for(Rejected, 1)
+    await log.wait_for(Rejected, 2)
     summary = await _finish(session, task)
-    assert summary.accepted == 2 and summary.evals == 3
+    assert summary.accepted == 1 and summary.evals == 4  # the start and three saves
     assert "speedup=1.3" in session.history.content_at(session.history.best().sha)
 
 
@@ -149,8 +151,7 @@ async def test_rewind_restores_a_version_as_a_new_commit(tmp_path: Path) -> None
     kernel = make_workspace(tmp_path / "ws", 1.0)
     fake = FakeExecutor()
     session, task, log = await _manual(kernel, fake)
-    await session.evaluate_now()
-    first = log.of(Accepted)[0].commit
+    first = log.of(StartingPoint)[0].commit
     kernel.write_text(kernel_text(1.4))
     await session.evaluate_now()
     await session.rewind(first)
@@ -171,7 +172,6 @@ async def test_harness_change_stops_evaluation_with_an_alert(tmp_path: Path) -> 
     kernel = make_workspace(tmp_path / "ws", 1.0)
     fake = FakeExecutor()
     session, task, log = await _manual(kernel, fake, harness_dir=harness)
-    await session.evaluate_now()
     (harness / "result.py").write_text((harness / "result.py").read_text() + "\n# tampered\n")
     kernel.write_text(kernel_text(2.0))
     await session.evaluate_now()
@@ -179,7 +179,7 @@ async def test_harness_change_stops_evaluation_with_an_alert(tmp_path: Path) -> 
     assert summary.reason == "harness changed"
     alerts = [e for e in log.of(Error) if e.where == "harness"]
     assert len(alerts) == 1 and "result.py" in alerts[0].message
-    assert len(fake.calls) == 1 and len(log.of(Accepted)) == 1
+    assert len(fake.calls) == 1 and log.of(Accepted) == []  # only the start was evaluated
 
 
 async def test_a_partial_scenario_set_is_never_accepted(tmp_path: Path) -> None:
@@ -199,13 +199,12 @@ async def test_spare_gpus_retime_the_best_beside_the_candidate(tmp_path: Path) -
     slower = lambda call_no, text: 1.1 if call_no > 1 else 1.0  # noqa: E731
     fake = FakeExecutor(parallelism=2, drift=slower, delay_s=0.2)
     session, task, log = await _manual(kernel, fake)
-    await session.evaluate_now()
     kernel.write_text(kernel_text(1.05))
     await session.evaluate_now()
     await _finish(session, task)
-    assert [(p.parent.name, p.name) for p, _ in fake.calls] == [("ws", "k.cu"), ("ws", "k.cu"), ("best", "k.cu")]
+    assert [(p.parent.name, p.name) for p, _ in fake.calls] == [("start", "k.cu"), ("ws", "k.cu"), ("best", "k.cu")]
     started = log.of(EvaluationStarted)
     assert "spare GPU" in started[2].where and started[2].ts - started[1].ts < 0.2  # concurrent, not queued
-    accepted = log.of(Accepted)
-    assert len(accepted) == 2 and accepted[1].geomean < 1.0  # beats the fresh best, not the stale record
+    (accepted,) = log.of(Accepted)
+    assert accepted.geomean < 1.0  # beats the fresh best (the start, re-timed), not the stale record
     assert not list(kernel.parent.glob(".k.kstui-*"))

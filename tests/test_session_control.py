@@ -22,6 +22,7 @@ from kstui.engine.events import (
     QuestionAsked,
     Rewound,
     Stalled,
+    StartingPoint,
     StatusChanged,
     ToolCallFinished,
     ToolCallStarted,
@@ -46,8 +47,9 @@ def _user_text(message: dict[str, Any]) -> str:
 async def test_rewind_truncates_the_context_at_the_next_boundary(tmp_path: Path) -> None:
     kernel = make_workspace(tmp_path / "ws", 1.0)
     script = [
-        reply(tool_use("evaluate", {})),
-        reply(tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.0", "new_string": "speedup=1.5"}),
+        reply(tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.0", "new_string": "speedup=1.2"}),
+              tool_use("evaluate", {})),
+        reply(tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.2", "new_string": "speedup=1.5"}),
               tool_use("evaluate", {})),
         reply(text("Pondering the next step at some length. " * 4, chunks=20), delay_s=0.03),
         reply(text("Back at the first version.")),
@@ -69,8 +71,8 @@ async def test_rewind_truncates_the_context_at_the_next_boundary(tmp_path: Path)
         last = server.requests[3].body["messages"]
     rewound = log.of(Rewound)
     assert len(rewound) == 1 and rewound[0].truncated_to_turn == 1
-    assert kernel.read_text() == kernel_text(1.0)
-    assert len(last) == 3  # the brief, turn 1's evaluate call, its result (+ the notice)
+    assert kernel.read_text() == kernel_text(1.2)
+    assert len(last) == 3  # the brief, turn 1's edit and evaluate calls, their results (+ the notice)
     assert "restored the kernel" in _user_text(last[-1]) and "-// fake: speedup=1.5" in _user_text(last[-1])
     assert session.history.entries()[0].restores == log.of(Accepted)[0].commit
 
@@ -207,9 +209,10 @@ async def test_rejected_versions_before_any_baseline_keep_their_full_text(tmp_pa
         log = EventLog()
         session.subscribe(log)
         await asyncio.wait_for(session.run(), 30)
-    (finished,) = log.of(EvaluationFinished)
-    added = [line[1:] for line in finished.diff.splitlines()[2:] if line.startswith("+")]
-    assert "\n".join(added) + "\n" == kernel.read_text()
+    start, agents = log.of(EvaluationFinished)  # neither builds: there is no start to diff against
+    for finished in (start, agents):
+        added = [line[1:] for line in finished.diff.splitlines()[2:] if line.startswith("+")]
+        assert "\n".join(added) + "\n" == kernel.read_text()
 
 
 async def test_resume_in_process_continues_counters_cost_and_queue(tmp_path: Path) -> None:
@@ -232,5 +235,6 @@ async def test_resume_in_process_continues_counters_cost_and_queue(tmp_path: Pat
     assert shown == [pytest.approx(one.cost_usd), pytest.approx(two.cost_usd)]
     assert two.session_id == one.session_id and two.trace == one.trace
     assert two.cost_usd == pytest.approx(one.cost_usd * 1.5, rel=0.05)  # two replies before, one after
-    assert two.turns == 3 and two.evals == 1 and two.accepted == 1
+    assert two.turns == 3 and two.evals == 2 and two.accepted == 0  # the start and the agent's unchanged kernel
+    assert len(seen.of(StartingPoint)) == 0  # a resumed session keeps its start
     assert "queued for later" in _user_text(body["messages"][-1])

@@ -10,7 +10,7 @@ from nvcc_support import needs_nvcc
 
 from harness.result import EvalResult
 from kstui.engine.config import SessionConfig
-from kstui.engine.events import Accepted, EvaluationFinished, Rejected, SessionStarted
+from kstui.engine.events import Accepted, EvaluationFinished, Rejected, SessionStarted, StartingPoint
 from kstui.engine.session import Session
 from kstui.executors.local import LocalExecutor
 
@@ -27,13 +27,15 @@ async def test_kernel_that_fails_to_build_is_rejected_with_the_compiler_error(tm
     session.subscribe(log)
     task = asyncio.create_task(session.run())
     await log.wait_for(SessionStarted)
+    (start,) = await log.wait_for(StartingPoint, timeout=300)  # the kernel as brought is judged first
     await session.evaluate_now()
     await session.stop()
     await asyncio.wait_for(task, 30)
 
+    assert start.geomean is None and start.reason.startswith("build failed: ")
     finished = log.of(EvaluationFinished)
-    assert len(finished) == 1 and finished[0].error is None and finished[0].where == "local"
-    result = finished[0].result
+    assert len(finished) == 2 and finished[1].error is None and finished[1].where == "local"
+    result = finished[1].result
     assert isinstance(result, EvalResult)
     assert result.build.ok is False and result.build.errors and not result.passed
     assert result.build.errors[0].line in (3, 4)

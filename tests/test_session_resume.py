@@ -10,10 +10,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes import make_workspace
 from messages_server import MessagesServer, reply, text, tool_use
 
-from kstui.engine.events import Accepted, EvaluationStarted, SessionStarted, ToolCallFinished
+from kstui.engine.events import (
+    Accepted,
+    EvaluationStarted,
+    Rejected,
+    SessionStarted,
+    StartingPoint,
+    ToolCallFinished,
+)
 from kstui.engine.trace import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +68,8 @@ def test_sigkilled_session_resumes_from_its_trace(tmp_path: Path) -> None:
     traces = list((kernel.parent / ".kstui" / "sessions").glob("*/trace.jsonl"))
     assert len(traces) == 1
     before = list(read_trace(traces[0]))
-    assert [type(e) for e in before].count(Accepted) == 1
+    assert [type(e) for e in before].count(StartingPoint) == 1
+    assert [type(e) for e in before].count(Rejected) == 1  # the agent's unchanged kernel does not beat the start
     assert "speedup=1.3" in kernel.read_text()
 
     seen: list[dict[str, Any]] = []
@@ -80,12 +89,14 @@ def test_sigkilled_session_resumes_from_its_trace(tmp_path: Path) -> None:
     roles = [m["role"] for m in messages]
     assert all(a != b for a, b in zip(roles, roles[1:])), roles  # a valid, alternating conversation
     results = [b for m in messages if m["role"] == "user" for b in m["content"] if b.get("type") == "tool_result"]
-    assert len(results) == 2 and "ACCEPTED" in results[0]["content"] and not results[1]["is_error"]
+    assert len(results) == 2 and "REJECTED" in results[0]["content"] and not results[1]["is_error"]
 
     after = list(read_trace(traces[0]))  # the same trace continues
     starts = [e for e in after if isinstance(e, SessionStarted)]
     assert [s.resumed for s in starts] == [False, True]
-    assert [e.eval_no for e in after if isinstance(e, EvaluationStarted)] == [1, 2]
-    assert len([e for e in after if isinstance(e, Accepted)]) == 2
+    assert [e.eval_no for e in after if isinstance(e, EvaluationStarted)] == [1, 2, 3]
+    assert len([e for e in after if isinstance(e, StartingPoint)]) == 1  # the resumed run keeps its start
+    (accepted,) = [e for e in after if isinstance(e, Accepted)]
+    assert accepted.eval_no == 3 and accepted.previous == pytest.approx(1.0, rel=0.01)
     assert len([e for e in after if isinstance(e, ToolCallFinished)]) == 3
     assert KEY not in traces[0].read_text()

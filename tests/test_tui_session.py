@@ -10,7 +10,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes import EventLog, FakeExecutor, make_workspace  # noqa: E402
+from fakes import EventLog, FakeExecutor, kernel_text, make_workspace  # noqa: E402
 from messages_server import MessagesServer, reply, text, tool_use  # noqa: E402
 from pilot_support import showing, until  # noqa: E402
 
@@ -83,20 +83,24 @@ async def test_agent_edits_evaluation_accepts_every_pane_follows_and_quit_is_cle
     ]
     async with live(tmp_path, script) as (app, pilot, session, log):
         main = app.main
-        await until(pilot, lambda: len(log.of(ev.Accepted)) == 2 and session.state.status == "idle")
+        await until(pilot, lambda: len(log.of(ev.Accepted)) == 1 and session.state.status == "idle")
         # Deltas reach the screen merged, so wait for what the last events show, not for a count.
         await until(pilot, lambda: main.speedup.state.best_commit == log.of(ev.Accepted)[-1].commit
                     and any("Done for now." in b.body for b in main.transcript.state.blocks))
-        accepted = log.of(ev.Accepted)
-        # The speedup panel shows what the session measured, nothing else.
+        accepted, (start,) = log.of(ev.Accepted), log.of(ev.StartingPoint)
+        # The speedup panel shows what the session measured, nothing else: the start (the kernel as
+        # brought), the agent's measurement of it (no gain, rejected) and the accepted edit.
         assert main.speedup.state.best == accepted[-1].geomean == session.state.best_geomean
         assert main.speedup.state.best_commit == accepted[-1].commit
-        assert [p.accepted for p in main.speedup.state.points] == [True, True]
+        assert main.speedup.state.start == start.geomean and accepted[-1].previous == start.geomean
+        assert [p.accepted for p in main.speedup.state.points] == [True, False, True]
+        assert "start " in str(main.speedup.query_one("#summary").render())
         # The source pane reloaded the agent's edit; the accepted version is the new baseline.
         await until(pilot, lambda: "speedup=1.3" in main.source.state.text)
         assert main.source.state.changed == set()
         blocks = main.transcript.state.blocks
-        assert [b.status for b in blocks if b.kind == "eval"] == ["accepted", "accepted"]
+        assert [b.status for b in blocks if b.kind == "eval"] == ["accepted", "rejected", "accepted"]
+        assert "START" in [b for b in blocks if b.kind == "eval"][0].title
         assert any(b.kind == "tool" and b.title.startswith("edit_file k.cu") and b.status == "ok" for b in blocks)
         assert any(b.kind == "text" and "Done for now." in b.body for b in blocks)
         # h shows the commit the session made.
@@ -274,9 +278,10 @@ async def test_manual_mode_says_how_to_enable_the_agent_and_e_evaluates(tmp_path
         # The screen takes the mode from SessionStarted after the transcript has shown it.
         await until(pilot, lambda: main.mode == "manual")
         assert not main.check_action("bank", ()) and main.check_action("evaluate", ())
+        await until(pilot, lambda: bool(log.of(ev.StartingPoint)))  # the kernel as brought, evaluated at start
         await pilot.press("e")
-        await until(pilot, lambda: bool(log.of(ev.EvaluationFinished)))
-        assert len(executor.calls) == 1
+        await until(pilot, lambda: len(log.of(ev.EvaluationFinished)) == 2)
+        assert len(executor.calls) == 2 and executor.calls[1][0] == session.kernel
         await until(pilot, lambda: main.speedup.state.latest is not None)
 
 
@@ -285,31 +290,32 @@ async def test_e_while_an_evaluation_runs_says_it_waits_and_then_runs(tmp_path):
     async with live(tmp_path, None, executor=executor) as (app, pilot, session, log):
         main = app.main
         await until(pilot, lambda: main.mode == "manual")
+        await until(pilot, lambda: bool(log.of(ev.StartingPoint)), timeout=10)
         await pilot.press("e")
         await until(pilot, lambda: session.evaluating)
         assert not any("starts when it ends" in n.message for n in app._notifications)
         await pilot.press("e")
         await pilot.pause()
         assert any("starts when it ends" in n.message for n in app._notifications)
-        await until(pilot, lambda: len(log.of(ev.EvaluationFinished)) == 2, timeout=10)
-        assert len(executor.calls) == 2
+        await until(pilot, lambda: len(log.of(ev.EvaluationFinished)) == 3, timeout=10)
+        assert len(executor.calls) == 3
 
 
 async def test_the_kept_history_screen_shows_what_was_accepted_since_the_last_visit(tmp_path):
     async with live(tmp_path, None) as (app, pilot, session, log):
         main = app.main
-        await until(pilot, lambda: main.mode == "manual")
+        await until(pilot, lambda: main.mode == "manual" and bool(log.of(ev.StartingPoint)))
         await pilot.press("h")
         await until(pilot, lambda: showing(app, HistoryScreen))
         screen = app.screen
-        assert screen.query_one("#commits").row_count == 0  # nothing accepted yet
+        await until(pilot, lambda: screen.query_one("#commits").row_count == 1)  # the start
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is main)
-        await pilot.press("e")
+        session.kernel.write_text(kernel_text(1.4))  # manual mode: the save is evaluated
         await until(pilot, lambda: bool(log.of(ev.Accepted)))
         await pilot.press("h")
         await until(pilot, lambda: app.screen is screen)  # the same screen, kept
-        await until(pilot, lambda: screen.query_one("#commits").row_count == 1)
+        await until(pilot, lambda: screen.query_one("#commits").row_count == 2)
         assert screen.shown == log.of(ev.Accepted)[0].commit
 
 

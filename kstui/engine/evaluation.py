@@ -4,6 +4,10 @@ One evaluation at a time (a new request waits for the one in flight). Every exec
 evaluation with its own number. The kernel's text is read once, before the executor runs; a file that
 changed meanwhile is rejected, so what is committed is exactly what was judged. An evaluation on a
 scenario set other than the session's own is information for the agent, never a candidate.
+
+The first evaluation of a session is its start: the kernel as the user brought it, from a copy taken
+before the agent's first turn. A start that passes is committed (or found at the branch tip) and
+every later version must beat it; one that does not pass leaves the first passing version as the start.
 """
 
 from __future__ import annotations
@@ -11,13 +15,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.result import EvalResult
 from kstui.engine.acceptance import Verdict, decide, decide_recheck, failure_reason
 from kstui.engine.config import SessionConfig
-from kstui.engine.events import Accepted, Error, EvaluationFinished, EvaluationStarted, Event, Rejected
+from kstui.engine.events import (
+    Accepted,
+    Error,
+    EvaluationFinished,
+    EvaluationProgress,
+    EvaluationStarted,
+    Event,
+    Rejected,
+    StartingPoint,
+)
 from kstui.engine.history import History, HistoryError
 from kstui.engine.integrity import JudgeFingerprint
 from kstui.engine.kernel_file import KernelFile, unified_diff
@@ -31,6 +44,59 @@ if TYPE_CHECKING:
 
     from kstui.executors.protocol import Executor
 
+_T = TypeVar("_T")
+# Progress reports become events at most this often (plus every phase change and every failure).
+PROGRESS_PERIOD_S = 0.5
+
+
+class ProgressReporter:
+    """The executor's progress reports for one evaluation, as EvaluationProgress events on the session's loop.
+
+    Reports may arrive from another thread; a report that changes nothing a reader sees (the same
+    phase, no failure) within PROGRESS_PERIOD_S of the last one is dropped, so a minutes-long
+    evaluation adds a few hundred lines to the trace, not thousands.
+    """
+
+    def __init__(self, eval_no: int, emit: Callable[[Event], None]) -> None:
+        self.eval_no = eval_no
+        self._emit = emit
+        self._loop = asyncio.get_running_loop()
+        self._last: tuple[str, float] | None = None
+        self._closed = False
+
+    def __call__(self, report: dict[str, Any]) -> None:
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._deliver(report)
+        else:
+            self._loop.call_soon_threadsafe(self._deliver, report)
+
+    def close(self) -> None:
+        """The evaluation has its result: a report still on its way describes nothing any more."""
+        self._closed = True
+
+    def _deliver(self, report: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        phase = str(report.get("phase", ""))
+        failed = [f for f in report.get("failed") or [] if isinstance(f, dict)]
+        now = time.monotonic()
+        if self._last is not None and self._last[0] == phase and not failed and now - self._last[1] < PROGRESS_PERIOD_S:
+            return
+        self._last = (phase, now)
+        eta = report.get("eta_s")
+        self._emit(EvaluationProgress(
+            eval_no=self.eval_no, phase=phase, done=_count(report.get("done")), total=_count(report.get("total")),
+            eta_s=float(eta) if isinstance(eta, (int, float)) and not isinstance(eta, bool) else None,
+            failed=[{k: str(f.get(k, "")) for k in ("id", "verdict", "detail")} for f in failed]))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
 
 class Evaluator:
     def __init__(self, config: SessionConfig, executor: Executor, history: History, kernel: KernelFile,
@@ -43,7 +109,8 @@ class Evaluator:
         self._last_question = last_question
         self._wake = wake
         self.lock = asyncio.Lock()
-        self._task: asyncio.Task[str] | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._stopped = False
         self._fingerprint: JudgeFingerprint | None = None
         self._snapshots = Snapshots(config.kernel)
         self.last_evaluated: str | None = None  # the text the last evaluation judged
@@ -63,17 +130,59 @@ class Evaluator:
         return self.lock.locked()
 
     def cancel(self) -> None:
+        """The session is stopping: the evaluation in flight is cancelled and none starts after it."""
+        self._stopped = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
     async def evaluate(self, scenarios: str | None = None) -> str:
         """Evaluate the kernel on disk, decide, commit or reject. Returns the agent's summary."""
+        return await self._exclusive(self._evaluate_locked(scenarios or self.config.scenarios))
+
+    async def evaluate_start(self, text: str) -> StartingPoint:
+        """Evaluate the kernel as the user brought it (`text`, read before the agent could change it) on
+        the session's own scenario set, and make it the start of the history if it passes."""
+        return await self._exclusive(self._start_locked(text))
+
+    async def _exclusive(self, work: Coroutine[Any, Any, _T]) -> _T:
         async with self.lock:
-            self._task = asyncio.ensure_future(self._evaluate_locked(scenarios or self.config.scenarios))
+            if self._stopped:  # waited for the lock while the session stopped
+                work.close()
+                raise asyncio.CancelledError
+            self._task = asyncio.ensure_future(work)
             try:
                 return await self._task
             finally:
                 self._task = None
+
+    async def _start_locked(self, text: str) -> StartingPoint:
+        path = self._snapshots.write("start", text)
+        try:
+            eval_no, result = await self._run(path, self.config.scenarios, diff=unified_diff(
+                self._best_text() or "", text, self.kernel.path.name), label="the kernel as you brought it")
+        finally:
+            self._snapshots.remove(path)
+        if result is None:
+            start = StartingPoint(eval_no=eval_no, geomean=None, reason=f"evaluation error: {self._last_error}")
+        elif (failure := failure_reason(result) or (None if result.geomean_speedup else "no geomean")) is not None:
+            start = StartingPoint(eval_no=eval_no, geomean=None, correct=result.correct_count,
+                                  total=len(result.scenarios), reason=failure)
+        else:
+            start = self._record_start(eval_no, text, result)
+        self._emit(start)
+        return start
+
+    def _record_start(self, eval_no: int, text: str, result: EvalResult) -> StartingPoint:
+        tip = self.history.tip()
+        commit: str | None = tip
+        try:
+            if tip is None or self.history.content_at(tip) != text:
+                commit = self.history.commit_start(text, result, eval_no=eval_no).sha
+        except HistoryError as exc:
+            self._emit(Error(message=f"could not commit the start: {exc}", where="git"))
+            commit = None
+        return StartingPoint(eval_no=eval_no, geomean=result.geomean_speedup, correct=result.correct_count,
+                             total=len(result.scenarios), commit=commit)
 
     async def _evaluate_locked(self, scenarios: str) -> str:
         changed = self._judge_changed()
@@ -164,8 +273,13 @@ class Evaluator:
         self._emit(EvaluationStarted(eval_no=eval_no, kernel_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
                                      scenarios=scenarios, where=where))
         started = time.monotonic()
+        reporter = ProgressReporter(eval_no, self._emit)
         try:
-            result = await self.executor.evaluate(path, scenarios=scenarios, extra_args=self.config.eval_args)
+            try:
+                result = await self.executor.evaluate(path, scenarios=scenarios, extra_args=self.config.eval_args,
+                                                      progress=reporter)
+            finally:
+                reporter.close()
         except asyncio.CancelledError:
             self._emit(EvaluationFinished(eval_no=eval_no, result=None, error="cancelled: the session stopped",
                                           diff=diff, where=where, seconds=time.monotonic() - started))

@@ -192,6 +192,40 @@ class EvaluationFinished(Event):
 
 @_register
 @dataclass
+class EvaluationProgress(Event):
+    """How far an evaluation in flight has come, as its worker reports it: the phase (build, checks,
+    correctness, timing), scenarios done of total, an estimate of the time left, and the scenarios that
+    failed since the last report (each shown the moment it fails)."""
+
+    type: ClassVar[str] = "evaluation_progress"
+    eval_no: int
+    phase: str
+    done: int = 0
+    total: int = 0
+    eta_s: float | None = None
+    failed: list[dict[str, str]] = field(default_factory=list)  # {"id", "verdict", "detail"}
+
+
+@_register
+@dataclass
+class StartingPoint(Event):
+    """The kernel as the user brought it, evaluated at session start: the start of the history.
+
+    geomean is None when it did not pass (reason says why): then the first version that passes becomes
+    the start. commit is the commit the start sits on (kstui's start commit, or the branch tip when the
+    kernel is already what the tip holds)."""
+
+    type: ClassVar[str] = "starting_point"
+    eval_no: int | None
+    geomean: float | None
+    correct: int = 0
+    total: int = 0
+    commit: str | None = None
+    reason: str = ""
+
+
+@_register
+@dataclass
 class Accepted(Event):
     type: ClassVar[str] = "accepted"
     eval_no: int

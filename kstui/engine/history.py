@@ -36,6 +36,7 @@ T_TURN = "Kstui-Turn"
 T_QUESTION = "Kstui-Question"
 T_QUESTION_SOURCE = "Kstui-Question-Source"
 T_RESTORES = "Kstui-Restores"
+T_START = "Kstui-Start"  # the kernel as the user brought it, evaluated at session start
 
 _ZERO_SHA = "0" * 40
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -60,6 +61,7 @@ class HistoryEntry:
     eval_no: int | None = None
     turn: int | None = None
     restores: str | None = None  # the sha this commit restored, for a rewind
+    start: bool = False  # the kernel as the user brought it (the start of the history)
 
     @property
     def short(self) -> str:
@@ -218,6 +220,7 @@ class History:
             eval_no=_int_or_none(trailers.get(T_EVAL)),
             turn=_int_or_none(trailers.get(T_TURN)),
             restores=trailers.get(T_RESTORES),
+            start=T_START in trailers,
         )
 
     def entry(self, sha: str) -> HistoryEntry:
@@ -280,25 +283,42 @@ class History:
     ) -> HistoryEntry:
         """Commit an accepted version of the kernel with its trailers and the result as a note; the entry
         as written."""
-        if not result.passed or result.geomean_speedup is None:
-            raise HistoryError("only a passing result with a geomean is committed as accepted")
-        total = len(result.scenarios)
-        subject = commit_subject(self.kernel.stem, result.geomean_speedup, previous, result.correct_count, total)
         question = fold(self._scrub.text(question)) if question else None
         source = fold(question_source) if question and question_source else None
+        subject = commit_subject(self.kernel.stem, self._passing(result), previous, result.correct_count,
+                                 len(result.scenarios))
+        return self._commit_version(content, result, subject, eval_no=eval_no, turn=turn,
+                                    extra=[(T_QUESTION, question), (T_QUESTION_SOURCE, source)])
+
+    def commit_start(self, content: str, result: EvalResult, *, eval_no: int) -> HistoryEntry:
+        """Commit the kernel as the user brought it, evaluated at session start: the start of the history,
+        which every later version must beat."""
+        geomean = self._passing(result)
+        subject = (f"{self.kernel.stem}: start, {geomean:.2f}x geomean ({result.correct_count}/"
+                   f"{len(result.scenarios)} correct), the kernel as brought")
+        return self._commit_version(content, result, subject, eval_no=eval_no, turn=None, extra=[(T_START, "yes")])
+
+    @staticmethod
+    def _passing(result: EvalResult) -> float:
+        if not result.passed or result.geomean_speedup is None:
+            raise HistoryError("only a passing result with a geomean is committed")
+        return result.geomean_speedup
+
+    def _commit_version(self, content: str, result: EvalResult, subject: str, *, eval_no: int, turn: int | None,
+                        extra: list[tuple[str, str | None]]) -> HistoryEntry:
+        total = len(result.scenarios)
         trailers = [
             (T_GEOMEAN, f"{result.geomean_speedup:.6g}"),
             (T_SCENARIOS, f"{result.correct_count}/{total}"),
             (T_BASELINE, baselines(result)),
             (T_EVAL, str(eval_no)),
-            (T_TURN, str(turn)),
-            (T_QUESTION, question),
-            (T_QUESTION_SOURCE, source),
+            (T_TURN, str(turn) if turn is not None else None),
+            *extra,
         ]
         sha = self._commit(content, subject, trailers, self._note_of(result))
-        return HistoryEntry(sha=sha, time=float(self.repo.commit(sha).committed_date), geomean=result.geomean_speedup, correct=result.correct_count,
-                            total=total, baseline=baselines(result), question=question, question_source=source,
-                            message=subject, eval_no=eval_no, turn=turn)
+        # The entry as written: exactly what entries() will read back for this commit.
+        return self._entry("\x1f".join([sha, str(self.repo.commit(sha).committed_date), subject,
+                                         "".join(f"{k}: {v}\n" for k, v in trailers if v)]))  # type: ignore[return-value]
 
     def restore(self, sha: str, *, turn: int | None = None) -> str:
         """Write an accepted version back into the kernel file and record it as a NEW commit."""

@@ -89,6 +89,7 @@ class Session:
         self.shell_confirmer: Callable[[str], Any] | None = None
         self._trace_file: Path | None = None
         self._pending_edits: list[str] = []
+        self._pending_notes: list[str] = []  # told with the next message, never a reason for a turn of their own
         self._streaming = False
         self._stopping = False
         self._stop_reason = "stopped"
@@ -100,6 +101,7 @@ class Session:
         self._watcher: FileWatcher | None = None
         self._resumed = False
         self._pending_rewind: tuple[str, str, int] | None = None
+        self._start_task: asyncio.Task[None] | None = None
         self._agent_pending = False  # build(): the agent is made when run() starts
         # Set by a view that draws on this loop: the SDK's import waits for it (its first frame), at most
         # AGENT_AFTER_MAX_WAIT_S. None (headless): the agent is made at once.
@@ -328,6 +330,8 @@ class Session:
             if self._agent_pending:
                 await self._make_agent()
             self._start()
+            if not self._resumed:  # a resumed session keeps the start it had
+                self._start_task = asyncio.ensure_future(self._evaluate_start(self.file.known))
             if self.agent is None:
                 reason = await self._run_manual()
             else:
@@ -340,6 +344,9 @@ class Session:
         finally:
             if self._watcher is not None:
                 self._watcher.stop()
+            if self._start_task is not None and not self._start_task.done():
+                self._start_task.cancel()
+                await asyncio.gather(self._start_task, return_exceptions=True)
             await self._close_collaborators()
             if self._stopping:
                 reason = self._stop_reason
@@ -421,6 +428,23 @@ class Session:
             self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
                               level="warning"))
 
+    async def _evaluate_start(self, text: str) -> None:
+        """The kernel as the user brought it, judged beside the agent's first turn (the text was read
+        before that turn began). The agent hears the outcome with the next message it gets."""
+        self.evaluator.last_evaluated = text  # manual mode: the file as it is needs no second evaluation
+        start = await self.evaluator.evaluate_start(text)
+        if start.geomean is not None:
+            note = (f"The starting point (the kernel as the human brought it) was evaluated: {start.geomean:.4g}x "
+                    f"geomean ({start.correct}/{start.total} correct). A version is accepted only if it beats "
+                    f"the best so far ({self.state.best_geomean or start.geomean:.4g}x).")
+        else:
+            note = (f"The kernel as the human brought it does not pass ({start.reason}): the first version "
+                    f"that passes becomes the start of this history.")
+            self._emit(Notice(message=f"your kernel does not pass as you brought it ({start.reason}): the first "
+                                      f"version that passes becomes the start", level="warning"))
+        if self.agent is not None:
+            self._pending_notes.append(note)
+
     def _limit_reached(self) -> str | None:
         if self._stopping:
             return self._stop_reason
@@ -448,9 +472,13 @@ class Session:
             await self._turn()
 
     def _opening_brief(self) -> str:
-        best = (f"The best accepted version so far has a geomean speedup of {self.state.best_geomean:.4g}x."
-                if self.state.best_geomean is not None else
-                "No version has been accepted yet: the first one that passes becomes the baseline.")
+        if self._resumed:
+            best = (f"The best accepted version so far has a geomean speedup of {self.state.best_geomean:.4g}x."
+                    if self.state.best_geomean is not None else
+                    "No version has been accepted yet: the first one that passes becomes the start.")
+        else:
+            best = ("The kernel as it is now is being evaluated as the start of this history; you will hear its "
+                    "result. A version is accepted only if it beats the start and every version accepted before.")
         return (f"Make the CUDA kernel in `{self.display_path}` faster.\n"
                 f"Only the harness's verdict counts: call the `evaluate` tool. A version is accepted (and "
                 f"committed) only if it is correct on every scenario, passes every check, and its geomean "
@@ -475,7 +503,8 @@ class Session:
                 self._queue_changed()
                 parts.append(question.text)
             if parts:
-                self._send_user_text("\n\n".join(parts), question)
+                self._send_user_text("\n\n".join(self._pending_notes + parts), question)
+                self._pending_notes.clear()
             if self.conversation.awaiting_reply:
                 self._compact()
                 return None

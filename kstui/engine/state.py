@@ -10,6 +10,7 @@ from kstui.engine.events import (
     EvaluationStarted,
     Event,
     SessionStarted,
+    StartingPoint,
     StatusChanged,
     ToolCallFinished,
     TurnStarted,
@@ -51,6 +52,10 @@ class SessionState:
         elif isinstance(event, Accepted):
             self.accepted += 1
             self.best_geomean, self.best_commit = event.geomean, event.commit
+        elif isinstance(event, StartingPoint) and event.geomean is not None and event.commit is not None:
+            # The start is what a version must beat, unless the branch already holds a better one.
+            if self.best_geomean is None or event.geomean > self.best_geomean:
+                self.best_geomean, self.best_commit = event.geomean, event.commit
         elif isinstance(event, Usage) and event.session_total:
             for name in USAGE_FIELDS:
                 setattr(self, name, getattr(event, name))

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from kstui.executors.process import Completed, kill_group
-from kstui.executors.protocol import ExecutorError
+from kstui.executors.protocol import ExecutorError, ProgressCallback
 
 _STDERR_LINES = 20
 
@@ -26,6 +26,7 @@ class HarnessServer:
         self.env = env
         self._proc: asyncio.subprocess.Process | None = None
         self._pending: dict[int, asyncio.Future[dict]] = {}
+        self._progress: dict[int, ProgressCallback] = {}
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
         self._stderr: deque[str] = deque(maxlen=_STDERR_LINES)
@@ -52,8 +53,13 @@ class HarnessServer:
         while line := await proc.stdout.readline():
             try:
                 reply = json.loads(line)
+                if isinstance(reply.get("progress"), dict):
+                    callback = self._progress.get(reply["id"])
+                    if callback is not None:
+                        callback(reply["progress"])
+                    continue
                 fut = self._pending.pop(reply["id"], None)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # not a reply of ours; the request it belongs to times out or fails below
             if fut is not None and not fut.done():
                 fut.set_result(reply)
@@ -70,12 +76,16 @@ class HarnessServer:
         while line := await proc.stderr.readline():
             self._stderr.append(line.decode("utf-8", "replace").rstrip())
 
-    async def request(self, args: Sequence[str], timeout_s: float) -> Completed:
-        """`harness eval ARGS` through the server, as if run as a process."""
+    async def request(self, args: Sequence[str], timeout_s: float,
+                      progress: ProgressCallback | None = None) -> Completed:
+        """`harness eval ARGS` through the server, as if run as a process; `progress` gets its reports
+        (the server sends them for a request with --progress)."""
         proc = await self._ensure()
         rid = next(self._ids)
         fut: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
+        if progress is not None:
+            self._progress[rid] = progress
         try:
             assert proc.stdin is not None
             proc.stdin.write((json.dumps({"id": rid, "argv": list(args)}) + "\n").encode())
@@ -91,6 +101,7 @@ class HarnessServer:
             raise
         finally:
             self._pending.pop(rid, None)
+            self._progress.pop(rid, None)
         return Completed(int(reply.get("rc", 2)), str(reply.get("stdout", "")).encode(),
                          str(reply.get("stderr", "")).encode())
 

@@ -14,8 +14,8 @@ from harness.result import EvalResult
 from kstui.executors.devices import pool_for
 from kstui.executors.harness_server import HarnessServer
 from kstui.executors.process import run_process
-from kstui.executors.protocol import DEFAULT_TIMEOUT_S
-from kstui.executors.results import annotate, harness_args, parse_result
+from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ProgressCallback
+from kstui.executors.results import annotate, harness_args, parse_result, progress_of
 
 
 def _harness_env() -> dict[str, str]:
@@ -58,7 +58,8 @@ class LocalExecutor:
         return "local" + (f" GPUs {','.join(map(str, self.devices))}" if self.devices else "")
 
     async def evaluate(
-        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = ()
+        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = (),
+        progress: ProgressCallback | None = None,
     ) -> EvalResult:
         asked = time.monotonic()
         async with self._pool.lease() as devices:
@@ -66,11 +67,16 @@ class LocalExecutor:
             path = Path(kernel).resolve()
             args = harness_args(str(path), scenarios, extra_args, devices)
             if self._server is not None:
-                done = await self._server.request(args[1:], self.timeout_s)
+                done = await self._server.request(args[1:], self.timeout_s, progress)
             else:
+                def on_line(line: str) -> None:
+                    report = progress_of(line)
+                    if report is not None and progress is not None:
+                        progress(report)
+
                 done = await run_process(
                     [self.python, "-m", "harness", *args], timeout_s=self.timeout_s, what="local harness",
-                    env=_harness_env(), cwd=path.parent,
+                    env=_harness_env(), cwd=path.parent, on_stderr_line=on_line if progress else None,
                 )
         return annotate(parse_result(done, "local harness"), host=self._host, queue_wait_s=waited)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +32,10 @@ async def run_process(
     stdin: bytes | None = None,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    on_stderr_line: Callable[[str], None] | None = None,
 ) -> Completed:
-    """Run argv in its own process group; on timeout or cancellation the whole group is killed."""
+    """Run argv in its own process group; on timeout or cancellation the whole group is killed.
+    on_stderr_line sees each line of stderr as it comes (all of it is returned as well)."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -46,7 +48,7 @@ async def run_process(
         )
     except OSError as exc:
         raise ExecutorError(f"{what}: cannot start {argv[0]}: {exc.strerror or exc}") from None
-    readers = [asyncio.ensure_future(_drain(proc.stdout)), asyncio.ensure_future(_drain(proc.stderr))]
+    readers = [asyncio.ensure_future(_drain(proc.stdout)), asyncio.ensure_future(_drain(proc.stderr, on_stderr_line))]
     try:
         await asyncio.wait_for(_feed_and_wait(proc, stdin), timeout_s)
     except asyncio.TimeoutError:
@@ -75,15 +77,20 @@ async def _feed_and_wait(proc: asyncio.subprocess.Process, data: bytes | None) -
     await proc.wait()
 
 
-async def _drain(stream: asyncio.StreamReader | None) -> bytes:
+async def _drain(stream: asyncio.StreamReader | None, on_line: Callable[[str], None] | None = None) -> bytes:
     if stream is None:
         return b""
     chunks: list[bytes] = []
     kept = 0
+    pending = b""
     while chunk := await stream.read(1 << 16):
         if kept < OUTPUT_CAP:
             chunks.append(chunk[: OUTPUT_CAP - kept])
             kept += len(chunks[-1])
+        if on_line is not None:
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                on_line(line.decode("utf-8", "replace"))
     return b"".join(chunks)
 
 

@@ -7,13 +7,16 @@ the user; the session reports it and goes on. A nonzero exit with a valid EvalRe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from harness.result import EvalResult
 
 DEFAULT_TIMEOUT_S = 1800.0
+# Called with the harness's progress reports (`harness eval --progress`): {"phase", "done", "total",
+# "elapsed_s", "eta_s", "failed": [{"id", "verdict", "detail"}]}. Executors that cannot stream them never call it.
+ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 class ExecutorError(Exception):
@@ -30,7 +33,8 @@ class Executor(Protocol):
     def describe(self) -> str: ...
 
     async def evaluate(
-        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = ()
+        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = (),
+        progress: ProgressCallback | None = None,
     ) -> EvalResult: ...
 
     async def close(self) -> None: ...

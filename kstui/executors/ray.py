@@ -17,7 +17,7 @@ from typing import Any
 from harness.merge import merge_results
 from harness.result import EvalResult
 from kstui.executors.process import Completed
-from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
+from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError, ProgressCallback
 from kstui.executors.results import harness_args, parse_result
 
 INSTALL_HINT = "pip install 'kstui[ray]'"
@@ -128,7 +128,8 @@ class RayExecutor:
             return self._ray
 
     async def evaluate(
-        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = ()
+        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = (),
+        progress: ProgressCallback | None = None,  # unused: a Ray task reports no progress until it returns
     ) -> EvalResult:
         kernel = Path(kernel)
         try:

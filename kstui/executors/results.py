@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from harness.result import EvalResult, SchemaError
 from kstui.executors.process import Completed, last_line
 from kstui.executors.protocol import ExecutorError
+
+
+PROGRESS_PREFIX = "kstui-progress: "
+
+
+def progress_of(line: str) -> dict[str, Any] | None:
+    """The progress report a `harness eval --progress` stderr line carries, or None for any other line."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        report = json.loads(line[len(PROGRESS_PREFIX):])
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) and isinstance(report.get("phase"), str) else None
 
 
 def decode_result(text: str) -> EvalResult:

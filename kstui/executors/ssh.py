@@ -27,7 +27,7 @@ from harness.result import SCHEMA_VERSION, EvalResult
 from kstui.executors import ssh_scripts as scripts
 from kstui.executors.devices import pool_for
 from kstui.executors.process import Completed, last_line, run_process
-from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
+from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError, ProgressCallback
 from kstui.executors.results import annotate, harness_args, parse_result
 from kstui.executors.ssh_session import SshSession, failure_line
 
@@ -266,7 +266,8 @@ class SshExecutor:
     # --- evaluating ------------------------------------------------------------------------------
 
     async def evaluate(
-        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = ()
+        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = (),
+        progress: ProgressCallback | None = None,  # unused: the host agent protocol carries none
     ) -> EvalResult:
         kernel = Path(kernel)
         source = _read(kernel)

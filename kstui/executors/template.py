@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.result import EvalResult
 from kstui.executors.devices import pool_for
 from kstui.executors.process import run_process
-from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError
+from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError, ProgressCallback
 from kstui.executors.results import parse_result
 
 _PLACEHOLDER = re.compile(r"\{(file|dir|name|stem|scenarios|args)\}")
@@ -71,7 +71,8 @@ class TemplateExecutor:
         return cmd
 
     async def evaluate(
-        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = ()
+        self, kernel: Path, *, scenarios: str = "full", extra_args: Sequence[str] = (),
+        progress: ProgressCallback | None = None,  # unused: the command may run any harness version
     ) -> EvalResult:
         asked = time.monotonic()
         async with self._pool.lease() as devices:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def entry_row(entry: HistoryEntry) -> tuple[Any, ...]:
-    question = entry.question or ""
+    question = "◆ start: the kernel as you brought it" if entry.start else entry.question or ""
     icon = SOURCE_ICONS.get(entry.question_source or "", "")
     return (
         entry.sha[:8],

@@ -14,6 +14,7 @@ from kstui.engine.events import (
     ContextTrimmed,
     Error,
     EvaluationFinished,
+    EvaluationProgress,
     EvaluationStarted,
     Event,
     ExternalEdit,
@@ -27,6 +28,7 @@ from kstui.engine.events import (
     SessionEnded,
     SessionStarted,
     Stalled,
+    StartingPoint,
     TextDelta,
     ThinkingDelta,
     ToolCallFinished,
@@ -39,6 +41,8 @@ from kstui.engine.result_view import one_line
 
 if TYPE_CHECKING:
     from kstui.engine.session import Session
+
+PROGRESS_LINE_S = 10.0  # a running evaluation prints where it is at least this often (and at every change of phase)
 
 _INPUT_PREVIEW = 80
 _OUTPUT_PREVIEW = 100
@@ -59,6 +63,12 @@ def _tool_args(tool_input: dict) -> str:
 
 def _geo(value: float | None) -> str:
     return f"{value:.4g}x" if value is not None else "—"
+
+
+def _progress_line(event: EvaluationProgress) -> str:
+    count = f" {event.done}/{event.total}" if event.total else ""
+    left = f", about {event.eta_s:.0f} s left" if event.eta_s is not None else ""
+    return f"eval #{event.eval_no}: {event.phase}{count}{left}"
 
 
 def format_event(event: Event) -> str | None:
@@ -84,6 +94,16 @@ def format_event(event: Event) -> str | None:
             return f"eval #{event.eval_no} failed: {event.error}"
         summary = one_line(event.result) if event.result is not None else "no result"
         return f"eval #{event.eval_no} finished: {summary} ({event.seconds:.1f}s)"
+    if isinstance(event, StartingPoint):
+        if event.geomean is None:
+            return (f"start: your kernel does not pass as brought ({event.reason}); the first version that "
+                    f"passes becomes the start")
+        commit = f", commit {event.commit[:8]}" if event.commit else ""
+        return f"start: {_geo(event.geomean)} geomean ({event.correct}/{event.total} correct){commit}"
+    if isinstance(event, EvaluationProgress):
+        failed = "".join(f"\n  failed: {f.get('id')} {f.get('verdict')}" + (f" ({f['detail']})" if f.get("detail") else "")
+                         for f in event.failed)
+        return _progress_line(event) + failed
     if isinstance(event, Accepted):
         was = f" (was {_geo(event.previous)})" if event.previous is not None else " (baseline)"
         return f"ACCEPTED #{event.eval_no} {event.commit[:8]}: {_geo(event.geomean)}{was} — {event.message}"
@@ -126,10 +146,13 @@ class HeadlessPrinter:
         self._partial = ""
         self._partial_kind: type[Event] | None = None
         self._last_cost: float | None = None
+        self._last_progress: tuple[int, str, float] | None = None  # eval, phase, event time of the last line
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, (TextDelta, ThinkingDelta)):
             self._delta(type(event), event.text)
+            return
+        if isinstance(event, EvaluationProgress) and not self._progress_due(event):
             return
         self._flush_partial()
         if isinstance(event, AssistantMessage):
@@ -140,6 +163,15 @@ class HeadlessPrinter:
         line = format_event(event)
         if line is not None:
             self._print(line)
+
+    def _progress_due(self, event: EvaluationProgress) -> bool:
+        """A progress line at each phase change and failure, else every PROGRESS_LINE_S (a log, not a meter)."""
+        last = self._last_progress
+        due = (event.failed or last is None or last[:2] != (event.eval_no, event.phase)
+               or event.ts - last[2] >= PROGRESS_LINE_S)
+        if due:
+            self._last_progress = (event.eval_no, event.phase, event.ts)
+        return bool(due)
 
     def _delta(self, kind: type[Event], text: str) -> None:
         if self._partial_kind is not kind:

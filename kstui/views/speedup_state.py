@@ -38,6 +38,9 @@ class SpeedupState:
     status: str = "idle"
     evaluating: int | None = None
     last_error: str | None = None
+    start: float | None = None  # the kernel as the user brought it (None: not yet, or it did not pass)
+    start_note: str | None = None  # why there is no start, once its evaluation said so
+    progress: ev.EvaluationProgress | None = None  # of the evaluation in flight
 
     @property
     def latest(self) -> EvalPoint | None:
@@ -54,8 +57,19 @@ class SpeedupState:
         """Fold one event in; True when the panel must redraw."""
         if isinstance(event, ev.EvaluationStarted):
             self.evaluating, self.where = event.eval_no, event.where
+            self.progress = None
+        elif isinstance(event, ev.EvaluationProgress):
+            if event.eval_no != self.evaluating:
+                return False
+            self.progress = event
+        elif isinstance(event, ev.StartingPoint):
+            self.start, self.start_note = event.geomean, None if event.geomean is not None else event.reason
+            if event.geomean is not None and event.commit:
+                self._mark_committed(event.eval_no)
+                if self.best is None or event.geomean > self.best:
+                    self.best, self.best_commit = event.geomean, event.commit
         elif isinstance(event, ev.EvaluationFinished):
-            self.evaluating = None
+            self.evaluating, self.progress = None, None
             self.where = event.where
             if event.result is None:
                 self.last_error = event.error
@@ -71,9 +85,7 @@ class SpeedupState:
         elif isinstance(event, ev.Accepted):
             self.best, self.best_commit = event.geomean, event.commit
             self.stalled = self.limit_claim = None
-            for point in self.points:
-                if point.eval_no == event.eval_no:
-                    point.accepted = True
+            self._mark_committed(event.eval_no)
         elif isinstance(event, ev.Stalled):
             self.stalled = event.reason
         elif isinstance(event, ev.LimitClaimed):
@@ -98,6 +110,12 @@ class SpeedupState:
         else:
             return False
         return True
+
+
+    def _mark_committed(self, eval_no: int | None) -> None:
+        for point in self.points:
+            if point.eval_no == eval_no:
+                point.accepted = True
 
 
 def describe_device(result: EvalResult) -> str | None:

@@ -189,6 +189,25 @@ class TranscriptState:
         title = f"{self.blocks[index].title} · ACCEPTED {e.commit[:7]} ({prev} → {fmt_x(e.geomean)})"
         return changes + self._update(index, title=title, status="accepted")
 
+    def _on_starting_point(self, e: ev.StartingPoint) -> list[Change]:
+        if e.eval_no is None:
+            return []
+        index, changes = self._eval_index(e.eval_no)
+        if e.geomean is None:
+            title = f"{self.blocks[index].title} · your kernel does not pass as brought: the first version that passes becomes the start"
+            return changes + self._update(index, title=title, status="rejected")
+        commit = f" {e.commit[:7]}" if e.commit else ""
+        title = f"{self.blocks[index].title} · START{commit}: every version must beat {fmt_x(e.geomean)}"
+        return changes + self._update(index, title=title, status="accepted")
+
+    def _on_evaluation_progress(self, e: ev.EvaluationProgress) -> list[Change]:
+        # Each failure shows the moment the worker reports it, under its evaluation.
+        changes: list[Change] = []
+        for f in e.failed:
+            detail = f" ({f['detail']})" if f.get("detail") else ""
+            changes += self._append(Block("error", f"evaluation #{e.eval_no}: {f.get('id')} {f.get('verdict')}{detail}"))
+        return changes
+
     def _on_rejected(self, e: ev.Rejected) -> list[Change]:
         index, changes = self._eval_index(e.eval_no)
         return changes + self._update(index, title=f"{self.blocks[index].title} · rejected: {e.reason}", status="rejected")

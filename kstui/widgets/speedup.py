@@ -80,6 +80,21 @@ class ScenarioTable(DataTable, SteadyScrollbars):  # DataTable first: Textual ta
         self._fill()
 
 
+BAR_CELLS = 16
+
+
+def progress_line(p: ev.EvaluationProgress) -> Text:
+    """`correctness ▕████░░░░▏ 120/395 · ~12 s left`: the phase, a bar of scenarios done, the time left."""
+    line = Text(f"\n{p.phase} ", style="yellow")
+    if p.total:
+        filled = round(BAR_CELLS * min(p.done, p.total) / p.total)
+        line.append("▕" + "█" * filled + "░" * (BAR_CELLS - filled) + "▏", style="yellow")
+        line.append(f" {p.done}/{p.total}", style="yellow")
+    if p.eta_s is not None:
+        line.append(f" · ~{max(0.0, p.eta_s):.0f} s left", style="dim")
+    return line
+
+
 class SpeedupPanel(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -124,8 +139,15 @@ class SpeedupPanel(Vertical):
             (f"  #{latest.eval_no}" if latest else "", "dim"), "  ",
             ("correct ", "dim"), (f"{latest.correct}/{latest.total}" if latest and latest.total else "—", "bold"),
         )
+        if s.start is not None:
+            lines.append_text(Text.assemble("\n", ("start ", "dim"), (fmt_x(s.start), "bold"),
+                                            ("  the kernel as brought", "dim")))
+        elif s.start_note:
+            lines.append(f"\nstart: your kernel did not pass as brought ({s.start_note[:80]})", style="yellow")
         if s.evaluating is not None:
             lines.append(f"\nevaluating #{s.evaluating} on {s.where}…", style="yellow")
+            if s.progress is not None:
+                lines.append_text(progress_line(s.progress))
         else:
             lines.append(f"\nevaluations run on {s.where}", style="dim")
             if s.device:
