@@ -99,8 +99,7 @@ def compare_output(name: str, out: torch.Tensor, ref: OutputReference, shape: tu
         err = torch.maximum(err, d.max())
         counts["bad"] += bad.sum()
         counts["unwritten"] += (p & (bad | reliable)).sum()
-    stats = torch.stack([err, *(v.double() for v in counts.values()), *worst]).tolist() if cand.numel() else \
-        [0.0] * (1 + len(counts))
+    stats = torch.cat([torch.stack([err, *(v.double() for v in counts.values())]), *worst]).tolist()
     err_v = stats[0]
     unwritten_n, nan_n, special_n, bad_n = (int(v) for v in stats[1:5])
     if rule == "allclose" and worst:
