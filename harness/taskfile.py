@@ -75,10 +75,10 @@ def load_task_file(kernel: Path) -> TaskFile:
                                 "(reference, [entry]), not both")
         options = {k: v for k, v in data.items() if k not in ("build", "eval")}
         try:
-            spec = load_spec(path.resolve(), options)
+            spec = load_spec(path.resolve().parent, options)
         except SpecError as exc:
             raise TaskFileError(f"{where}: {exc}") from None
-        options = {"path": str(path.resolve()), "spec": options}
+        options = {"dir": str(path.resolve().parent), "spec": options}
         task = task_name(spec)
     else:
         task = data.get("task")

@@ -13,7 +13,7 @@ TASKS: dict[str, type[Task]] = {t.name: t for t in (AttentionTask, RMSNormTask)}
 
 
 def get_task(name: str, options: dict[str, Any] | None = None) -> Task:
-    """A built-in task by name; a spec task (options {"path", "spec"}, from harness.taskfile) whatever its name."""
+    """A built-in task by name; a spec task (options {"dir", "spec"}, from harness.taskfile) whatever its name."""
     if name in TASKS:
         return TASKS[name](options)
     if options and "spec" in options:

@@ -1,6 +1,6 @@
 """A task described by its task file: entry point, reference, scenarios, inputs, counts, tolerance.
 
-`load_spec(path, data)` turns the parsed TOML of a spec task file into a `Spec`, or raises `SpecError`
+`load_spec(folder, data)` turns the parsed TOML of a spec task file into a `Spec`, or raises `SpecError`
 naming the key and what is wrong with it. Torch-free: the parent and `--check-only` validate the
 whole spec, reading the Python files it names with `ast` (harness.tasks.pysource), never importing
 them. docs/TASKS.md describes every key.
@@ -101,7 +101,7 @@ class PyRef:
 
 @dataclass
 class Spec:
-    path: Path
+    folder: Path  # the task file's: the Python files it names are found from here
     name: str
     symbol: str
     args: tuple[Arg, ...]
@@ -282,10 +282,11 @@ def _pyref(text: Any, key: str, base: Path, kernelbench_ok: bool) -> tuple[PyRef
         raise SpecError(key, str(exc)) from None
 
 
-def load_spec(path: Path, data: dict[str, Any]) -> Spec:
-    """The spec in `data` (the parsed task file at `path`), or SpecError for the first thing wrong."""
+def load_spec(folder: Path, data: dict[str, Any]) -> Spec:
+    """The spec in `data` (a task file's parsed TOML; its folder is `folder`), or SpecError for the first
+    thing wrong. The folder, not the file: copies of a task file beside it are the same task."""
     _unknown(data, TOP_KEYS, "")
-    base = path.parent
+    base = folder
     if "reference" not in data:
         raise SpecError("reference", 'missing: the PyTorch reference, "file.py:function" or a KernelBench "file.py"')
     reference, kernelbench = _pyref(data["reference"], "reference", base, kernelbench_ok=True)
@@ -330,7 +331,7 @@ def load_spec(path: Path, data: dict[str, Any]) -> Spec:
     used |= {p.name for r in (reference, *baselines) if isinstance(r, PyRef) for p in r.params}
     tolerance_table = _table(data, "tolerance", "tolerance")
     spec = Spec(
-        path=path, name=_ident(data.get("name", symbol), "name", "a name"), symbol=symbol, args=tuple(args),
+        folder=folder, name=_ident(data.get("name", symbol), "name", "a name"), symbol=symbol, args=tuple(args),
         dtype_vars=dtype_vars, sizes=tuple(sizes), defaults=defaults, timed=[], check=[], quick=[], flops=flops,
         bytes=nbytes, inputs=inputs, tolerance=_tolerances(tolerance_table, args), reference=reference,
         reference_dtype=_reference_dtype(tolerance_table), baselines=tuple(baselines), kernelbench=kernelbench,

@@ -32,13 +32,13 @@ def task_name(spec: Spec) -> str:
 
 
 class SpecTask(Task):
-    """options: {"path": the task file, "spec": its parsed TOML} (what harness.taskfile passes)."""
+    """options: {"dir": the task file's folder, "spec": its parsed TOML} (what harness.taskfile passes)."""
 
     name = "spec"
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.spec = load_spec(Path(self.options["path"]), self.options["spec"])
+        self.spec = load_spec(Path(self.options["dir"]), self.options["spec"])
         self.name = task_name(self.spec)  # type: ignore[misc]  # per instance: one class, many tasks
         self.entry_symbol = self.spec.symbol  # type: ignore[misc]
         self.output_names = tuple(a.name for a in self.spec.output_args)  # type: ignore[misc]
