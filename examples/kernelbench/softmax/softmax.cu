@@ -11,15 +11,16 @@ namespace {
 constexpr int THREADS = 512;
 constexpr unsigned FULL_MASK = 0xffffffffu;
 
+// op over the block's v; every thread gets the result. identity: op(identity, x) == x.
 template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op) {
+__device__ T block_reduce(T v, Op op, T identity) {
     __shared__ T partial[THREADS / 32];
     __shared__ T result;
     for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(FULL_MASK, v, offset));
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
     __syncthreads();
     if (threadIdx.x < 32) {
-        T w = threadIdx.x < THREADS / 32 ? partial[threadIdx.x] : partial[0];
+        T w = threadIdx.x < THREADS / 32 ? partial[threadIdx.x] : identity;
         for (int offset = 16; offset > 0; offset /= 2) w = op(w, __shfl_xor_sync(FULL_MASK, w, offset));
         if (threadIdx.x == 0) result = w;
     }
@@ -39,10 +40,10 @@ __global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ 
     float* out = y + size_t(blockIdx.x) * cols;
     float row_max = -INFINITY;
     for (int i = threadIdx.x; i < cols; i += THREADS) row_max = fmaxf(row_max, row[i]);
-    row_max = block_reduce(row_max, Max());
+    row_max = block_reduce(row_max, Max(), -INFINITY);
     double sum = 0.0;
     for (int i = threadIdx.x; i < cols; i += THREADS) sum += double(expf(row[i] - row_max));
-    const double inv_sum = 1.0 / block_reduce(sum, Sum());
+    const double inv_sum = 1.0 / block_reduce(sum, Sum(), 0.0);
     for (int i = threadIdx.x; i < cols; i += THREADS) out[i] = float(double(expf(row[i] - row_max)) * inv_sum);
 }
 
