@@ -207,7 +207,9 @@ class KernelBenchReference:
         self.layout: dict[str, list[tuple[str, Any]]] = {}  # forward's arguments: ("input", name) | ("value", v)
         self.file = spec.reference.path.name
 
-    def _build(self, row: dict[str, Any], seed: int, device: torch.device) -> tuple[list[Any], torch.nn.Module]:
+    def _build(self, row: dict[str, Any], seed: int, device: torch.device, inputs: bool = True
+               ) -> tuple[list[Any], torch.nn.Module]:
+        """Model(*get_init_inputs()) and (with inputs) get_inputs(), drawn from seed on device."""
         assert self.spec.kernelbench is not None
         for name in self.spec.kernelbench.sizes:
             setattr(self.module, name, row[name])
@@ -218,7 +220,7 @@ class KernelBenchReference:
             with torch.device(device):
                 init = self.module.get_init_inputs() if hasattr(self.module, "get_init_inputs") else []
                 model = self.module.Model(*init)
-                values = list(self.module.get_inputs())
+                values = list(self.module.get_inputs()) if inputs else []
         return values, model
 
     def _lp_dtype(self, row: dict[str, Any]) -> torch.dtype | None:
@@ -233,7 +235,7 @@ class KernelBenchReference:
         """The scenario's Model, its parameter arguments now reading and writing these input buffers."""
         model = self.models.get(s.id)
         if model is None:
-            _, model = self._build(s.params, 0, device)
+            _, model = self._build(s.params, 0, device, inputs=False)
             lp = self._lp_dtype(s.params)
             if lp is not None:
                 model.to(lp)
