@@ -91,10 +91,11 @@ def main() -> int:
             failures += rc != 0
             seconds = " / ".join(f"{w:.0f}" for w in walls)
             fmt = lambda g, n: f"{g:.3f} ({n})" if g is not None else "- (refused)"  # noqa: E731
-            bench(f"spec {name} (rc {rc})", f"{correct}/{len(result['scenarios'])} correct, {seconds} s, "
-                                            f"x{fmt(eager, n_eager)} vs eager, x{fmt(compiled, n_compiled)} vs compiled")
-            rows.append(f"| {name} | {origin} | {correct}/{len(result['scenarios'])} | {seconds} | {fmt(eager, n_eager)} "
-                        f"| {fmt(compiled, n_compiled)} |")
+            total = len(result["scenarios"])
+            vs_eager, vs_compiled = fmt(eager, n_eager), fmt(compiled, n_compiled)
+            bench(f"spec {name} (rc {rc})",
+                  f"{correct}/{total} correct, {seconds} s, x{vs_eager} vs eager, x{vs_compiled} vs compiled")
+            rows.append(f"| {name} | {origin} | {correct}/{total} | {seconds} | {vs_eager} | {vs_compiled} |")
     (args.out / "specs.md").write_text("\n".join(rows) + "\n")
     return 1 if failures else 0
 

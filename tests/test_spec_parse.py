@@ -166,7 +166,8 @@ ERRORS = [
     ('["eager", "compiled", "ref.py:fast"]', '["ref.py"]', "baselines[0]: 'ref.py': name the function, \"ref.py:function\""),
     ('name = "my_op"', 'name = "my-op"', "name: should be a name"),
     ('name = "my_op"', 'name = "my_op"\nflop = 3', "flop: unknown key (known: name, reference"),
-    ('flops = "2 * rows * cols"', 'flops = "2 * rows * colz"', "flops: unknown size 'colz' (sizes, from [sizes] and the scenario rows: cols, rows)"),
+    ('flops = "2 * rows * cols"', 'flops = "2 * rows * colz"',
+     "flops: unknown size 'colz' (sizes, from [sizes] and the scenario rows: cols, rows)"),
     ('flops = "2 * rows * cols"', 'flops = "rows.real"', "flops: 'rows.real': only numbers, sizes"),
     ('flops = "2 * rows * cols"', 'flops = "-rows"', "scenarios.timed[0]: flops: should not be negative"),
     ('T = ["bf16", "fp16"]', 'T = ["bf17"]', "dtypes.T: should be a list of dtypes from: bf16, fp16, fp32"),
@@ -232,7 +233,8 @@ ERRORS = [
     ("check = [{ rows = 1 }", "check = [{ cols = 1 }", "scenarios.check[0]: no value for size 'rows'"),
     ("check = [{ rows = 1 }, { rows = 3, cols = 7 }]", "check = [{ rows = 1 }, { rows = 1, T = \"fp16\" }]",
      "scenarios.check[1]: the same scenario as scenarios.check[0] (fp16-cols128-rows1)"),
-    ('quick = ["bf16-cols128-rows1024"]', 'quick = ["nope"]', "scenarios.quick[0]: 'nope' is not a timed scenario (timed: bf16-cols128-rows1024, fp16-cols256-rows4096)"),
+    ('quick = ["bf16-cols128-rows1024"]', 'quick = ["nope"]',
+     "scenarios.quick[0]: 'nope' is not a timed scenario (timed: bf16-cols128-rows1024, fp16-cols256-rows4096)"),
     ('quick = ["bf16-cols128-rows1024"]', "quick = []", "scenarios.quick: should be a non-empty list of timed scenario ids"),
     ('rule = "reference"\nfactor', 'rule = "loose"\nfactor', "tolerance.rule: should be one of reference, allclose, exact"),
     ('rule = "reference"\nfactor = 2.0', 'rule = "allclose"', "tolerance: allclose needs atol or rtol above 0"),
@@ -261,9 +263,11 @@ def test_each_mistake_is_one_line_naming_the_key(kernel: Path, old: str, new: st
 
 REF_ERRORS = [
     ("def my_op(x, idx, scale, cols, bias=0.0):", "def my_op(x, idx, scale, cols, zz):",
-     "reference: ref.py:my_op: parameter 'zz' names no input, scalar or size (inputs: x, idx; scalars: rows, scale, dtype; sizes: cols, rows)"),
+     "reference: ref.py:my_op: parameter 'zz' names no input, scalar or size "
+     "(inputs: x, idx; scalars: rows, scale, dtype; sizes: cols, rows)"),
     ("def my_op(x, idx, scale, cols, bias=0.0):", "def my_op(x, y):", "reference: ref.py:my_op: parameter 'y' is an output"),
-    ("def my_op(x, idx, scale, cols, bias=0.0):", "def my_op(*tensors):", "reference: ref.py:4: my_op: parameters are bound by name, so neither / nor *args"),
+    ("def my_op(x, idx, scale, cols, bias=0.0):", "def my_op(*tensors):",
+     "reference: ref.py:4: my_op: parameters are bound by name, so neither / nor *args"),
     ("def my_op(x, idx, scale, cols, bias=0.0):", "async def my_op(x):", "reference: ref.py:4: my_op is async"),
     ("def my_op(x, idx, scale, cols, bias=0.0):", "def my_op(x idx):", "reference: {dir}/ref.py:4: not valid Python"),
     ("def fast(x, idx, scale):", "def fast(x, q):", "baselines: ref.py:fast: parameter 'q' names no input, scalar or size"),

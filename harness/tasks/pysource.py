@@ -67,8 +67,8 @@ def kernelbench_module(path: Path) -> KernelBenchModule:
     module = read_module(path)
     classes = {n.name for n in module.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
-    missing = [what for what, ok in (("class Model", "Model" in classes), ("def get_inputs()", "get_inputs" in functions))
-               if not ok]
+    wanted = (("class Model", "Model" in classes), ("def get_inputs()", "get_inputs" in functions))
+    missing = [what for what, ok in wanted if not ok]
     if missing:
         raise SourceError(f"{path.name} is not a KernelBench module: no {' and no '.join(missing)} at top level "
                           "(or name a function: \"file.py:function\")")

@@ -38,7 +38,8 @@ class SpecRuntime:
         return self.spec.shape_of(a, row)
 
     def output_shapes(self, s: Scenario) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        return {a.name: carrier(self._shape(a, s.params), self.spec.dtype_of(a, s.params)) for a in self.spec.output_args}
+        row = s.params
+        return {a.name: carrier(self._shape(a, row), self.spec.dtype_of(a, row)) for a in self.spec.output_args}
 
     def make_inputs(self, s: Scenario, gen: torch.Generator, device: torch.device) -> dict[str, torch.Tensor]:
         row = s.params
@@ -116,8 +117,8 @@ class SpecRuntime:
         for a in self.spec.output_args:
             rule, dtype = rules[a.name], torch_dtype(self.spec.dtype_of(a, row))
             h = hp[a.name]
-            if h.is_floating_point():
-                h = h.to(self.hp_dtype(row))
+            if h.is_floating_point():  # never less precise than the output itself
+                h = h.to(torch.float64 if dtype == torch.float64 else self.hp_dtype(row))
             tol = reference_tolerance(rule, h, lp[a.name], dtype) if rule.rule == "reference" else None
             refs[a.name] = OutputReference(h.contiguous(), lp[a.name] if rule.rule == "exact" else None, tol, rule)
         return refs
@@ -129,7 +130,8 @@ class SpecRuntime:
         by_name = {a.name: a for a in self.spec.output_args}
         for name in only:
             a = by_name[name]
-            cmp = compare_output(name, outputs[name], ref[name], self._shape(a, s.params), self.spec.dtype_of(a, s.params))
+            shape, dtype = self._shape(a, s.params), self.spec.dtype_of(a, s.params)
+            cmp = compare_output(name, outputs[name], ref[name], shape, dtype)
             if cmp.verdict != "ok":
                 return cmp
             errors.update(cmp.errors)
