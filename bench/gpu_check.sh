@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
-#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]   (default: env tests bench)
+#   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]
+#                           [specs] [specs-wrong] [specs-bench]   (default: env tests bench)
+# specs: the KernelBench examples and `kstui new`'s kernel pass in full; specs-wrong: the spec tasks'
+# wrong-kernel suite and a prepared worker on a spec task; specs-bench: their figures (docs/BENCHMARKS.md).
 # fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed);
 # 15 s pauses: after 8 s the prepared worker was still warming up (3-4 s of worker wait, 2026-12-04).
 # Full logs and JSON go to $OUT (or ./gpu-out).
@@ -55,6 +58,16 @@ for stage in $stages; do
     shards)
       $PY bench/bench_shards.py --out "$OUT" > "$OUT/shards.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/shards.txt" | sed 's/^BENCH //')
+      ;;
+    specs|specs-wrong)
+      if [ "$stage" = specs ]; then select="example or kstui_new"; else select="wrong or prepared"; fi
+      $PY -m pytest -v -p no:cacheprovider tests/test_spec_gpu.py -k "$select" --durations 30 --timeout 1800 \
+        > "$OUT/$stage-tests.txt" 2>&1
+      note "GPU tests ($stage)" "$(tail -1 "$OUT/$stage-tests.txt")"
+      ;;
+    specs-bench)
+      $PY bench/bench_specs.py --out "$OUT" > "$OUT/specs-bench.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/specs-bench.txt" | sed 's/^BENCH //')
       ;;
     quick|full|exhaustive)
       for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do

@@ -1,4 +1,8 @@
-"""The task file beside a kernel (`flash_fwd.cu` -> `flash_fwd.toml`): which task, and its options."""
+"""The task file beside a kernel (`flash_fwd.cu` -> `flash_fwd.toml`): which task, and its options.
+
+A task file names a built-in task (`task = "attention"`) or describes its own (a spec: `reference`,
+`[entry]`, ... as in docs/TASKS.md), validated here in full without importing anything it names.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.tasks.spec import Spec, SpecError, is_spec, load_spec
+from harness.tasks.spec_task import task_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,6 +36,7 @@ class TaskFile:
     total_timeout_s: float = 1800.0
     time_budget_ms: float = 25.0
     noise_target_pct: float = 0.0
+    spec: Spec | None = None  # a task file that describes its own task
 
 
 def task_file_for(kernel: Path) -> Path:
@@ -54,15 +62,29 @@ def load_task_file(kernel: Path) -> TaskFile:
     except OSError as exc:
         raise TaskFileError(f"{path}: {exc.strerror}") from None
     where = str(path)
-    task = data.get("task")
-    if not isinstance(task, str):
-        raise TaskFileError(f"{where}: missing 'task' (e.g. task = \"attention\")")
     build = data.get("build", {})
     ev = data.get("eval", {})
     options = data.get("options", {})
     for name, table in (("build", build), ("eval", ev), ("options", options)):
         if not isinstance(table, dict):
             raise TaskFileError(f"{where}: [{name}] should be a table")
+    spec = None
+    if is_spec(data):
+        if "task" in data:
+            raise TaskFileError(f"{where}: task: a task file names a built-in task or describes its own "
+                                "(reference, [entry]), not both")
+        options = {k: v for k, v in data.items() if k not in ("build", "eval")}
+        try:
+            spec = load_spec(path.resolve().parent, options)
+        except SpecError as exc:
+            raise TaskFileError(f"{where}: {exc}") from None
+        options = {"dir": str(path.resolve().parent), "spec": options}
+        task = task_name(spec)
+    else:
+        task = data.get("task")
+        if not isinstance(task, str):
+            raise TaskFileError(f"{where}: missing 'task': name a built-in task (task = \"attention\") or describe "
+                                "your own (reference = \"my_op_ref.py:my_op\" and [entry]; see docs/TASKS.md)")
     flags = _get(build, "flags", list, [], f"{where} [build]")
     if not all(isinstance(f, str) for f in flags):
         raise TaskFileError(f"{where} [build]: 'flags' should be a list of strings")
@@ -77,4 +99,12 @@ def load_task_file(kernel: Path) -> TaskFile:
         total_timeout_s=float(_get(ev, "total_timeout_s", (int, float), 1800, f"{where} [eval]")),
         time_budget_ms=float(_get(ev, "time_budget_ms", (int, float), 25, f"{where} [eval]")),
         noise_target_pct=float(_get(ev, "noise_target_pct", (int, float), 0, f"{where} [eval]")),
+        spec=spec,
     )
+
+
+def judge_files(kernel: Path) -> list[Path]:
+    """The files that define the kernel's task, resolved: its task file and every Python file a spec names
+    (reference, baselines). They are part of the judge: a session protects them as it found them."""
+    tf = load_task_file(kernel)
+    return [tf.path.resolve(), *(tf.spec.python_files() if tf.spec else [])]
