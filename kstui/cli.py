@@ -5,6 +5,7 @@
     kstui eval …                    the harness CLI, argv passed through unchanged
     kstui log FILE [--print]        the accepted versions of a kernel
     kstui replay TRACE [--analysis] [--print]
+    kstui new NAME                  a starting kernel, its task spec and its PyTorch reference
 
 Everything heavy (torch, Textual, the anthropic SDK, git) is imported only once it is needed, so
 `kstui --help` and bad-input errors are instant. Bad input is one line on stderr and exit code 2,
@@ -249,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_log(argv[1:])
         if argv and argv[0] == "replay":
             return _cmd_replay(argv[1:])
+        if argv and argv[0] == "new":
+            from kstui.new_task import main as new_main
+
+            return new_main(argv[1:])
         if argv and argv[0] == "run":
             return _cmd_run(argv[1:], "kstui run")
         return _cmd_run(argv, "kstui")

@@ -118,3 +118,13 @@ def test_the_generated_trio_passes_check_only(tmp_path: Path, command: list[str]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "BUILD AND CHECKS OK" in proc.stdout
     assert "my_op@" in proc.stdout  # the spec task judged it
+
+
+def test_the_console_script_runs_it(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "kstui", "new", "scaled"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scaled.cu", "scaled.toml", "scaled_ref.py"]
+    again = subprocess.run([sys.executable, "-m", "kstui", "new", "scaled"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert again.returncode == 2 and again.stderr.count("\n") == 1
