@@ -86,13 +86,11 @@ class StartedWorker:
         self._writer.start()
         self._closed = False
 
-    def _write(self, data: bytes, close: bool = False) -> None:
+    def _write(self, data: bytes) -> None:
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(data)
             self.proc.stdin.flush()
-            if close:
-                self.proc.stdin.close()
         except (BrokenPipeError, ValueError, OSError):
             pass
 
@@ -108,6 +106,11 @@ class StartedWorker:
             return
         self._closed = True
         _kill(self.proc)
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except OSError:
+            pass  # a write of the preparation was cut short: nothing to flush
         os.close(self._read_fd)
         self._log.close()
 
