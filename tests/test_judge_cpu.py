@@ -76,7 +76,7 @@ def make_judge(tmp_path, candidate):
             return call
 
     judge = CpuJudge(task, torch.device("cpu"), HostTimer(), BaselineCache(tmp_path / "b.json", "k"), PEAKS)
-    judge.baselines = [b for b in judge.baselines if b.name in ("flash", "efficient")]  # SDPA's, on the CPU
+    judge.baselines = [b for b in judge.baselines if b.name in ("flash", "efficient", "flash+kvexpand")]  # CPU-able
     judge.job = {"seed": 7, "baseline": None, "retime": False, "time_budget_s": 0.001, "noise_target_pct": 0.0}
     sent = []
     judge.send = sent.append
@@ -141,7 +141,22 @@ def test_a_result_replayed_after_timing_is_a_stale_result(tmp_path):
 
 def test_hidden_work_is_caught_in_the_correctness_pass(tmp_path, monkeypatch):
     task, judge, _ = make_judge(tmp_path, exact)
-    judge._screen_us = -1000.0  # as if every call's wall clock ran 1 ms past its events
-    monkeypatch.setattr(HostTimer, "wall_excess_us", lambda self, fn, calls: (500.0, 5.0))
+    # As if every call's wall clock ran 10 s past its events (far past the CPU's own call times).
+    judge._screen_us = -1e7
+    monkeypatch.setattr(HostTimer, "wall_excess_us", lambda self, fn, calls: (1e7, 5.0))
     res = judge.check(scenario(task, UNTIMED), validate=False)
     assert res.verdict == "hidden-work" and "work outside the harness stream" in res.detail
+
+
+def test_once_the_cache_names_a_record_only_the_record_is_checked_and_timed(tmp_path):
+    task, judge, _ = make_judge(tmp_path, exact)
+    s = scenario(task, TIMED)
+    judge.time(s, judge.check(s, validate=True))  # a cold cache: every regular baseline timed
+    assert set(judge.cache.scenario(s.id)) == {"flash", "efficient"}  # the fallback was never needed
+    _, again, _ = make_judge(tmp_path, exact)
+    again.cache = judge.cache
+    res = again.check(s, validate=True)
+    names, record = again._checked[s.id]
+    assert names == [record] and record in ("flash", "efficient")
+    res = again.time(s, res)
+    assert res.baseline == record and list(k for k, v in res.baselines.items() if v) == [record]
