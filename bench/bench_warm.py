@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from stand_in_worker import wrapper  # noqa: E402
 
-PHASES = ("worker_wait_s", "candidate_calls_s", "reference_s", "compare_s", "baseline_checks_s", "timing_s",
-          "wall_clock_check_s", "warmup_s")
+PHASES = ("worker_wait_s", "correctness_pass_s", "timing_pass_s", "candidate_calls_s", "reference_s", "compare_s",
+          "baseline_checks_s", "timing_s", "wall_clock_check_s", "warmup_s", "worker_s")
 
 
 def bench(name: str, value: str) -> None:

@@ -2,11 +2,15 @@
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
 #   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]
-#                           [specs] [specs-wrong] [specs-bench]   (default: env tests bench)
+#                           [reject] [grid] [specs] [specs-wrong] [specs-bench]   (default: env tests bench)
 # specs: the KernelBench examples and `kstui new`'s kernel pass in full; specs-wrong: the spec tasks'
 # wrong-kernel suite and a prepared worker on a spec task; specs-bench: their figures (docs/BENCHMARKS.md).
 # fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed);
-# 15 s pauses: after 8 s the prepared worker was still warming up (3-4 s of worker wait, 2026-12-04).
+# 15 s pauses (PAUSE=S for others): after 8 s the prepared worker was still warming up (3-4 s of worker
+# wait, 2026-12-04).
+# reject: request to verdict for every wrong kernel of tests/kernels/ through harness serve (median, max).
+# grid: the starting kernel on the full grid, every baseline re-timed: each scenario's baseline of record
+#   and the speedup against it; FA4_SITE=DIR adds DIR as the worker's site directory (FA4 unpacked there).
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -44,7 +48,7 @@ for stage in $stages; do
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
       ;;
     fast)
-      $PY bench/bench_warm.py --out "$OUT/fast" --full --pause 15 --stand-in cudnn > "$OUT/fast.txt" 2>&1
+      $PY bench/bench_warm.py --out "$OUT/fast" --full --pause "${PAUSE:-15}" --stand-in cudnn > "$OUT/fast.txt" 2>&1
       while IFS= read -r line; do table+=("cuDNN stand-in: $line"); done < <(grep '^BENCH ' "$OUT/fast.txt" | sed 's/^BENCH //')
       ;;
     profile)
@@ -68,6 +72,14 @@ for stage in $stages; do
     specs-bench)
       $PY bench/bench_specs.py --out "$OUT" > "$OUT/specs-bench.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/specs-bench.txt" | sed 's/^BENCH //')
+      ;;
+    reject)
+      $PY bench/bench_reject.py --out "$OUT/reject" > "$OUT/reject.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/reject.txt" | sed 's/^BENCH //')
+      ;;
+    grid)
+      $PY bench/bench_grid.py ${FA4_SITE:+--site "$FA4_SITE"} --out "$OUT" > "$OUT/grid-table.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep -E '^GRID (device|records|geomean|no result)' "$OUT/grid-table.txt")
       ;;
     quick|full|exhaustive)
       for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do

@@ -1,20 +1,26 @@
 """`python -m harness eval …` (also `kstui eval …`): evaluate a kernel, print the table and/or JSON.
 
 Exit codes: 0 every scenario correct and every check passed (or, with --check-only, build and checks
-passed); 1 rejected; 2 bad input (one line on stderr).
+passed); 1 rejected; 2 bad input (one line on stderr). `--progress` writes harness.progress's dicts
+while it runs, each as one line `kstui-progress: {json}` on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
 from harness.result import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from harness.pool import WorkerPool
+
+
+PROGRESS_PREFIX = "kstui-progress:"
 
 
 class UsageError(Exception):
@@ -44,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-python", metavar="PATH",
                    help="the Python (with torch and CUDA) that runs the worker (default: this one)")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenario ids and exit")
+    p.add_argument("--progress", action="store_true",
+                   help=f"while it runs, write the phase, scenarios done and time left as '{PROGRESS_PREFIX} {{json}}' lines on stderr")
     p.add_argument("--version", action="version", version=f"kstui-harness schema {SCHEMA_VERSION}")
     return p
 
@@ -69,9 +77,22 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
     return int(k), int(n)
 
 
+def progress_lines(stream: TextIO) -> Callable[[dict[str, Any]], None]:
+    """`--progress` as lines on a stream: one whole line per call, whichever thread calls."""
+    lock = threading.Lock()
+
+    def write(state: dict[str, Any]) -> None:
+        with lock:
+            stream.write(f"{PROGRESS_PREFIX} {json.dumps(state)}\n")
+            stream.flush()
+
+    return write
+
+
 def main(argv: list[str] | None = None, pool: "WorkerPool | None" = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
-    """One evaluation. `harness serve` passes its pool of prepared workers and captures the output."""
+         stderr: TextIO | None = None, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """One evaluation. `harness serve` passes its pool of prepared workers, captures the output and, for
+    `--progress`, takes the progress itself (`progress`) instead of the lines on stderr."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     parser = build_parser()
     try:
@@ -93,7 +114,9 @@ def main(argv: list[str] | None = None, pool: "WorkerPool | None" = None, stdout
             for s in scenarios:
                 print(f"{s.id}\t{'timed' if s.timed else 'check'}\t{s.group}", file=stdout)
             return 0
-        result = evaluate(args.file, opts, pool)
+        if args.progress:
+            progress = progress or progress_lines(stderr)
+        result = evaluate(args.file, opts, pool, progress if args.progress else None)
     except (BadInput, ValueError) as exc:
         print(f"kstui eval: {exc}", file=stderr)
         return 2

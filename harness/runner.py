@@ -1,7 +1,9 @@
 """The parent side of an evaluation: resolve the task, build, checks, one fresh worker per GPU, the merged result.
 
 Never imports torch: a worker that segfaults, aborts, hangs or poisons its CUDA context takes only
-itself down (harness.started_worker runs each in its own process group, within its budgets).
+itself down (harness.started_worker runs each in its own process group, within its budgets; harness.part
+starts a fresh one for the scenarios it left). Correctness of every scenario comes before any timing
+(harness.part's gate), and a `progress` callback hears how far the evaluation is (harness.progress).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from harness.merge import split_balanced
+from harness.merge import PER_SCENARIO_COST, split_balanced
+from harness.part import TimingGate, judge_part
+from harness.progress import Progress
 from harness.result import BuildReport, Check, EvalResult, ScenarioResult
 from harness.taskfile import TaskFileError, load_task_file
 from harness.started_worker import StartedWorker, WorkerOutcome, scenario_dicts
@@ -26,6 +30,7 @@ from harness.tasks.base import Scenario, ScenarioError, Task
 if TYPE_CHECKING:
     from harness.pool import WorkerPool
 
+TIMING_PRIOR = 3.0  # a timed scenario's duration in time budgets, until the worker predicts it
 
 
 class BadInput(Exception):
@@ -84,11 +89,12 @@ def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, dev
             "warm": scenario_dicts(sorted(scenarios, key=lambda s: s.timed))}
 
 
-def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) -> EvalResult:
-    """Judge a kernel. With a pool, take its prepared worker and leave a new one prepared after."""
-    from harness import check_cache
-    from harness.build import BuildInputError, BuildOptions, build
+def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None,
+             progress: Callable[[dict[str, Any]], None] | None = None) -> EvalResult:
+    """Judge a kernel. With a pool, take its prepared worker and leave a new one prepared after.
 
+    `progress` (called from other threads) gets harness.progress's dicts while the evaluation runs.
+    """
     started = time.monotonic()
     kernel = kernel.resolve() if kernel.exists() else kernel
     task, tf, scenarios = resolve(kernel, opts)
@@ -96,6 +102,23 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
         source = kernel.read_bytes()
     except OSError as exc:
         raise BadInput(f"{kernel}: {exc.strerror}") from None
+    watch = None
+    if progress is not None:
+        weights = {s.id: PER_SCENARIO_COST + task.exact_flops(s) for s in scenarios}
+        watch = Progress(progress, weights, sum(s.timed for s in scenarios),
+                         TIMING_PRIOR * tf.time_budget_ms / 1000.0, len(opts.devices or [None]))
+    try:
+        return _evaluate(kernel, source, opts, pool, task, tf, scenarios, watch, started)
+    finally:
+        if watch is not None:
+            watch.close()
+
+
+def _evaluate(kernel: Path, source: bytes, opts: EvalOptions, pool: WorkerPool | None, task: Task, tf: Any,
+              scenarios: list[Scenario], watch: Progress | None, started: float) -> EvalResult:
+    from harness import check_cache
+    from harness.build import BuildInputError, BuildOptions, build
+
     cache_dir = opts.cache_dir
     result = EvalResult(task=task.name, kernel=kernel.name, kernel_sha256=hashlib.sha256(source).hexdigest(),
                         scenario_set=_describe_selection(opts), build=BuildReport(ok=False))
@@ -107,6 +130,8 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
         with ThreadPoolExecutor(1) as executor:
             checked = executor.submit(check_cache.source_checks, kernel, build_options, source)
             report, library = build(kernel, [task.entry_symbol], build_options, source)
+            if watch:
+                watch.phase("checks")
             result.checks = checked.result()
     except BuildInputError as exc:
         raise BadInput(str(exc)) from None
@@ -128,10 +153,19 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
     preps = [preparation(task, tf.options, cache_dir, devices[i], parts[i]) for i in range(len(parts))]
     budgets = (opts.scenario_timeout_s or tf.scenario_timeout_s, opts.total_timeout_s or tf.total_timeout_s)
     outcomes: list[WorkerOutcome | None] = [None] * len(parts)
+    gate = TimingGate(len(parts))
+    listener = watch.heard if watch else (lambda msg: None)
+    if watch:
+        watch.phase("correctness", len(scenarios))
 
     def work(i: int) -> None:
-        worker = pool.take(preps[i], opts.python) if pool else StartedWorker(preps[i], opts.python)
-        outcomes[i] = worker.run(job, parts[i], *budgets)
+        def first() -> StartedWorker:
+            return pool.take(preps[i], opts.python) if pool else StartedWorker(preps[i], opts.python)
+
+        def fresh(rest: list[Scenario]) -> StartedWorker:
+            return StartedWorker(preparation(task, tf.options, cache_dir, devices[i], rest), opts.python)
+
+        outcomes[i] = judge_part(first, fresh, job, parts[i], *budgets, gate, listener)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(parts))]
     for t in threads:
@@ -149,6 +183,7 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
         if out.error:
             errors.append(out.error)
     result.scenarios = [by_id[s.id] for s in scenarios]
+    _mark_untimed(result.scenarios)
     infos = [o.device for o in outcomes if o and o.device]
     result.device = dict(infos[0]) if infos else {}
     if len(infos) > 1:
@@ -162,6 +197,14 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None) ->
     result.finalize()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _mark_untimed(scenarios: list[ScenarioResult]) -> None:
+    """A timed scenario that passed correctness but was never timed says why: the kernel was rejected."""
+    failed = next((s for s in scenarios if not s.correct), None)
+    for s in scenarios:
+        if s.timed and s.correct and s.time_us is None and failed is not None:
+            s.detail = f"correct, not timed: the kernel was rejected ({failed.id}: {failed.verdict})"
 
 
 def _describe_selection(opts: EvalOptions) -> str:

@@ -2,7 +2,10 @@
 
 `StartedWorker` starts `python -m harness.worker` in its own process group and session; `run` sends
 the job and turns the worker's message stream into one `ScenarioResult` per scenario, whatever the
-worker does (hangs, crashes, corrupt output), within the per-scenario and total budgets.
+worker does (hangs, crashes, corrupt output), within its budgets: each call of the candidate and each
+timed scenario within the budget the worker sends with it (harness.budgets: a multiple of the
+scenario's expected time), the harness's own work within the per-scenario budget, all of it within
+the total budget. Between correctness and timing it asks its `Hooks` whether the worker may time.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import budgets
 from harness.result import ScenarioResult
 from harness.tasks.base import Scenario
 
 STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
+REAP_WAIT_S = 0.2  # how long a kill waits for the process to go before leaving that to a thread
 LOG_TAIL = 2000
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +38,22 @@ class WorkerOutcome:
     device: dict[str, Any] | None
     error: str | None
     profile: dict[str, float]
+    checked: bool = False  # the worker finished the correctness pass (it did not die of a fault in it)
+
+
+class Hooks:
+    """What a running evaluation hears from a worker and tells it; these defaults judge one worker alone."""
+
+    def decide(self, ok: bool) -> bool:
+        """Correctness is done here (`ok`: every scenario passed): may this worker time?"""
+        return ok
+
+    def stopping(self) -> bool:
+        """Should timing stop now (another GPU's part failed)?"""
+        return False
+
+    def heard(self, msg: dict[str, Any]) -> None:
+        """A "start", "result" or "checked" message, as the worker sent it (progress)."""
 
 
 def scenario_dicts(scenarios: list[Scenario]) -> list[dict[str, Any]]:
@@ -65,19 +86,17 @@ class StartedWorker:
         self._writer.start()
         self._closed = False
 
-    def _write(self, data: bytes, close: bool = False) -> None:
+    def _write(self, data: bytes) -> None:
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(data)
             self.proc.stdin.flush()
-            if close:
-                self.proc.stdin.close()
         except (BrokenPipeError, ValueError, OSError):
             pass
 
     def _send_job(self, line: bytes) -> None:
         self._writer.join()  # after the preparation, never interleaved with it
-        self._write(line, close=True)
+        self._write(line)  # stdin stays open: the decision to time, and a stop, follow
 
     def alive(self) -> bool:
         return not self._closed and self.proc.poll() is None
@@ -87,21 +106,31 @@ class StartedWorker:
             return
         self._closed = True
         _kill(self.proc)
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except OSError:
+            pass  # a write of the preparation was cut short: nothing to flush
         os.close(self._read_fd)
         self._log.close()
 
     def run(self, job: dict[str, Any], scenarios: list[Scenario], scenario_timeout_s: float,
-            total_timeout_s: float) -> WorkerOutcome:
+            total_timeout_s: float, hooks: Hooks | None = None) -> WorkerOutcome:
         """Run the job over scenarios; every scenario gets a result, whatever the worker does."""
+        hooks = hooks or Hooks()
         job_line = (json.dumps({**job, "scenarios": scenario_dicts(scenarios)}) + "\n").encode()
         device_index = self.prep.get("device_index")
         results: dict[str, ScenarioResult] = {}
         device: dict[str, Any] | None = None
         current: str | None = None
+        phase = "correctness"  # of the scenario in flight
         failure: tuple[str, str] | None = None  # (verdict, detail) for the scenario in flight
         error: str | None = None
         stopped_at: str | None = None
         warming: str | None = None
+        checked = stop_sent = False
+        harness_work = f"ran past the per-scenario budget of {scenario_timeout_s:.0f} s (a hang?)"
+        hang = harness_work  # what running out of the present budget means
         profile: dict[str, float] = {}
         began = time.monotonic()
         # A worker started long ago and idle since has its "device" and "ready" lines waiting.
@@ -118,7 +147,7 @@ class StartedWorker:
                 now = time.monotonic()
                 limit = min(deadline, total_deadline)
                 if now >= limit:
-                    _kill(proc)
+                    _signal(proc)
                     if warming is not None:
                         error = (f"the worker hung warming up {warming} "
                                  f"(past the per-scenario budget of {scenario_timeout_s:.0f} s)")
@@ -127,8 +156,11 @@ class StartedWorker:
                     elif now >= total_deadline:
                         failure = ("timeout", f"the evaluation ran past its total budget of {total_timeout_s:.0f} s")
                     else:
-                        failure = ("timeout", f"ran past the per-scenario budget of {scenario_timeout_s:.0f} s (a hang?)")
+                        failure = ("timeout", hang)
                     break
+                if checked and not stop_sent and hooks.stopping():
+                    stop_sent = True
+                    self._write(b'{"stop": true}\n')
                 if not sel.select(timeout=min(1.0, limit - now)):
                     continue
                 chunk = os.read(read_fd, 1 << 16)
@@ -148,32 +180,48 @@ class StartedWorker:
                         kind = msg["kind"]
                     except (ValueError, KeyError, TypeError):
                         failure = ("crash", "the worker's result stream was corrupted")
-                        _kill(proc)
+                        _signal(proc)
                         done = True
                         break
+                    now = time.monotonic()
+                    budget, hang = scenario_timeout_s, harness_work
                     if kind == "device":
                         device = msg["device"]
-                        profile["worker_startup_s"] = time.monotonic() - began
+                        profile["worker_startup_s"] = now - began
                     elif kind == "warm":
                         warming = msg["id"]
-                        deadline = time.monotonic() + scenario_timeout_s
                     elif kind == "ready":
                         warming = None
-                        profile["worker_wait_s"] = time.monotonic() - began
-                        deadline = time.monotonic() + scenario_timeout_s
+                        profile["worker_wait_s"] = now - began
                     elif kind == "start":
-                        current = msg["id"]
-                        deadline = time.monotonic() + scenario_timeout_s
+                        current, phase = msg["id"], msg.get("phase", "correctness")
+                        if phase == "timing":
+                            budget = min(float(msg["budget_s"]), scenario_timeout_s)
+                            hang = budgets.describe_timing(budget, float(msg["predicted_s"]))
+                        hooks.heard(msg)
+                    elif kind == "call":
+                        budget = min(float(msg["budget_s"]), scenario_timeout_s)
+                        hang = budgets.describe_call(budget, float(msg["expected_us"]))
                     elif kind == "result":
                         res = ScenarioResult(**msg["scenario"])
                         results[res.id] = res
                         if res.verdict == "crash":
                             stopped_at = res.id
                         current = None
-                        deadline = time.monotonic() + scenario_timeout_s
+                        hooks.heard(msg)
+                    elif kind == "checked":
+                        checked = True
+                        hooks.heard(msg)
+                        t0 = time.monotonic()
+                        decision = hooks.decide(bool(msg["ok"]))  # waits for the other GPUs' parts
+                        profile["gate_s"] = time.monotonic() - t0
+                        if job.get("time"):  # the worker waits for this line only when it may time
+                            self._write((json.dumps({"time": decision}) + "\n").encode())
+                        now = time.monotonic()
                     elif kind == "done":
                         profile.update(msg.get("profile", {}))
                         done = True
+                    deadline = now + budget
                 if done:
                     break
         finally:
@@ -182,7 +230,9 @@ class StartedWorker:
         if current is not None and failure is not None:
             results[current] = ScenarioResult(id=current, timed=_timed(scenarios, current), correct=False,
                                               verdict=failure[0], detail=failure[1], gpu=device_index)
-        stopped_at = current or stopped_at or (error and "startup")
+            stopped_at = current
+            hooks.heard({"kind": "result", "phase": phase, "scenario": asdict(results[current])})
+        stopped_at = stopped_at or (error and "startup")
         out = []
         for s in scenarios:
             if s.id in results:
@@ -192,7 +242,7 @@ class StartedWorker:
                 out.append(ScenarioResult(id=s.id, timed=s.timed, correct=False, verdict="skipped", detail=why,
                                           gpu=device_index))
         profile["worker_s"] = time.monotonic() - began
-        return WorkerOutcome(out, device, error, profile)
+        return WorkerOutcome(out, device, error, profile, checked)
 
 
 def run_worker(prep: dict[str, Any], job: dict[str, Any], scenarios: list[Scenario], python: str,
@@ -205,12 +255,21 @@ def _timed(scenarios: list[Scenario], sid: str) -> bool:
     return next(s.timed for s in scenarios if s.id == sid)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _signal(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the worker's group; reap it here if it goes at once, else on a thread: a process that held
+    a CUDA context (or a hung kernel) may take a while to go, and the verdict need not wait for that."""
+    _signal(proc)
+    try:
+        proc.wait(timeout=REAP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        threading.Thread(target=proc.wait, name="reap-worker", daemon=True).start()
 
 
 def _describe_exit(rc: int, log: Any) -> str:

@@ -30,6 +30,7 @@ MIN_FLUSH_BYTES = 512 * MIB
 # timing from 7.5 s to 14.2 s, past the 20 s target; hence off by default.
 EXTRA_FACTOR = 2.0
 FEW_SAMPLES = 12
+MIN_REPS, MAX_REPS = 5, 200  # interleaved rounds, whatever the budget (harness.budgets predicts with these)
 
 
 def load_cudart() -> Any | None:
@@ -78,8 +79,8 @@ class Timer:
         if self._cudart is not None:
             self._cudart.cudaCtxResetPersistingL2Cache()
 
-    def interleaved(self, fns: dict[str, Callable[[], Any]], budget_s: float, min_reps: int = 5, max_reps: int = 200,
-                    noise_target_pct: float = 0.0) -> dict[str, Samples]:
+    def interleaved(self, fns: dict[str, Callable[[], Any]], budget_s: float, min_reps: int = MIN_REPS,
+                    max_reps: int = MAX_REPS, noise_target_pct: float = 0.0) -> dict[str, Samples]:
         """Median-ready samples per implementation; repetitions chosen by a time budget, then more
         rounds (see extra_rounds) while an implementation is too noisy for noise_target_pct."""
         names = list(fns)

@@ -1,10 +1,13 @@
 """A stand-in worker: a small Python program run in place of `python -m harness.worker`.
 
-It speaks the real protocol (preparation line, "device", "warm", "ready", job line, results) and
-misbehaves on the scenario named "bad" in its job, in the way its mode says: the preparation's "mode",
-or, where FAKE_WORKER_LOG names a file, the mode in FILE.mode when the job arrives (misbehaving on the
-first scenario); it appends its pid to FILE then. Its device info carries its pid, so tests can tell
-which process judged.
+It speaks the real protocol (preparation line, "device", "warm", "ready", job line, the correctness
+pass, "checked" and the decision line, the timing pass of the timed scenarios) and misbehaves on the
+scenario named "bad" in its job, in the way its mode says: the preparation's "mode", or, where
+FAKE_WORKER_LOG names a file, the mode in FILE.mode.<device index> or FILE.mode when the job arrives
+(misbehaving on the first scenario; line N of the file for the worker started N-th, the last line for
+any after); it appends its pid to FILE then. A hang announces the call with the job's "call_budget_s"
+(or FILE.budget's), as the real worker sends each call's budget. Its device info carries its pid, so tests can tell which
+process judged.
 """
 
 import sys
@@ -46,29 +49,66 @@ FAKE = textwrap.dedent('''
     if not line:
         sys.exit(0)
     job = json.loads(line)
-    if os.environ.get("FAKE_WORKER_LOG"):  # mode and pid through files, for workers started by a server
-        with open(os.environ["FAKE_WORKER_LOG"], "a") as f:
+    log = os.environ.get("FAKE_WORKER_LOG")
+    if log:  # mode and pid through files, for workers started by a server or an evaluation
+        started = len(open(log).read().split()) if os.path.exists(log) else 0
+        with open(log, "a") as f:
             f.write(f"{os.getpid()}\\n")
-        with open(os.environ["FAKE_WORKER_LOG"] + ".mode") as f:
-            mode = f.read().strip() or mode
+        mode_file = f"{log}.mode.{prep.get('device_index')}"
+        with open(mode_file if os.path.exists(mode_file) else log + ".mode") as f:
+            modes = f.read().split() or [mode]
+        mode = modes[min(started, len(modes) - 1)]  # line N for the worker started N-th (the last line after)
+        if os.path.exists(log + ".budget"):
+            with open(log + ".budget") as f:
+                job["call_budget_s"] = float(f.read())
         job.setdefault("bad", job["scenarios"][0]["id"])
+    def result(s, phase, **fields):
+        scenario = {"id": s["id"], "timed": s["timed"], "correct": True, "verdict": "ok",
+                    "gpu": prep.get("device_index"), **fields}
+        out.write(json.dumps({"kind": "result", "scenario": scenario, "phase": phase, "timing_s": 0.01}) + "\\n")
+
+    ok = True
     for s in job["scenarios"]:
-        out.write(json.dumps({"kind": "start", "id": s["id"]}) + "\\n")
+        out.write(json.dumps({"kind": "start", "id": s["id"], "phase": "correctness"}) + "\\n")
         if s["id"] == job.get("bad"):
             if mode == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)
             if mode == "abort":
                 os.abort()
             if mode == "hang":
+                out.write(json.dumps({"kind": "call", "id": s["id"], "budget_s": job.get("call_budget_s", 3600),
+                                      "expected_us": 1000.0}) + "\\n")
                 time.sleep(3600)
             if mode == "garbage":
                 out.write("this is not json\\n")
                 time.sleep(3600)
             if mode == "hang-child":
                 os.system("sleep 3600")
-        out.write(json.dumps({"kind": "result", "scenario": {"id": s["id"], "timed": s["timed"], "correct": True,
-                                                             "verdict": "ok", "gpu": prep.get("device_index"),
-                                                             "speedup": 1.0, "time_us": 1.0}}) + "\\n")
+            if mode == "wrong":
+                result(s, "correctness", correct=False, verdict="wrong", detail="o: max abs error 1 > tolerance 0.01")
+                ok = False
+                continue
+        if mode == "hang-all":  # every scenario hangs in its call: each costs a worker
+            out.write(json.dumps({"kind": "call", "id": s["id"], "budget_s": job.get("call_budget_s", 3600),
+                                  "expected_us": 1000.0}) + "\\n")
+            time.sleep(3600)
+        result(s, "correctness")
+    out.write(json.dumps({"kind": "checked", "ok": ok}) + "\\n")
+    if job.get("time"):
+        decision = json.loads(readline() or "{}")
+        for s in [s for s in job["scenarios"] if s["timed"] and decision.get("time")]:
+            if select.select([0], [], [], 0)[0]:
+                break  # {"stop": true}
+            out.write(json.dumps({"kind": "start", "id": s["id"], "phase": "timing", "budget_s": job.get("timing_budget_s", 3600),
+                                  "predicted_s": 0.01}) + "\\n")
+            if s["id"] == job.get("bad") and mode == "hang-timing":
+                time.sleep(3600)
+            if mode == "too-fast":  # the first timed scenario
+                result(s, "timing", correct=False, verdict="too-fast", detail="below the physical floor")
+                break
+            if mode == "slow-timing":
+                time.sleep(0.5)
+            result(s, "timing", speedup=1.0, time_us=1.0, baseline="fake", baseline_us=1.0)
     out.write(json.dumps({"kind": "done", "profile": {}}) + "\\n")
 ''')
 

@@ -86,6 +86,10 @@ def _observed(result: EvalResult) -> set[str]:
 CASES = [m.name for m in load_mutations()] + [read_standalone(p).name for p in sorted(STANDALONE.glob("*.cu"))]
 
 
+# Verdicts the timing pass gives (a kernel that passed every correctness check may still earn them there).
+TIMING_VERDICTS = {"too-fast", "hidden-work", "stale-result"}
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_wrong_kernel_is_rejected_with_the_right_verdict(name, suite_dir):
     case = suite_dir[name]
@@ -94,6 +98,20 @@ def test_wrong_kernel_is_rejected_with_the_right_verdict(name, suite_dir):
     assert result is not None and not result.passed
     observed = _observed(result)
     assert observed & set(case.expect), f"{case.why}: expected one of {case.expect}, saw {sorted(observed)}"
+    failed = [s for s in result.scenarios if not s.correct and s.verdict != "skipped"]
+    if any(s.verdict not in TIMING_VERDICTS for s in failed):  # wrong before any timing: never timed
+        assert all(s.time_us is None for s in result.scenarios), [s.id for s in result.scenarios if s.time_us]
+
+
+def test_a_hang_is_seen_from_its_expected_time_and_the_rest_still_checked(suite_dir):
+    """No --scenario-timeout: the task's 60 s per scenario would make each hang cost a minute."""
+    from harness.part import MAX_FAULTS
+
+    rc, result, err = harness_eval(suite_dir["infinite-loop"].path, "--scenarios", "quick")
+    assert rc == 1 and result is not None, err[-2000:]
+    hung = [s for s in result.scenarios if s.verdict == "timeout"]
+    assert 1 <= len(hung) <= MAX_FAULTS and all("did not return within" in s.detail for s in hung)
+    assert result.seconds < 45, result.profile  # two hangs of a few seconds and one fresh worker
 
 
 def test_harness_is_healthy_after_the_suite():

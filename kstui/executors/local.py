@@ -65,7 +65,7 @@ class LocalExecutor:
         async with self._pool.lease() as devices:
             waited = time.monotonic() - asked
             path = Path(kernel).resolve()
-            args = harness_args(str(path), scenarios, extra_args, devices)
+            args = harness_args(str(path), scenarios, extra_args, devices) + (["--progress"] if progress else [])
             if self._server is not None:
                 done = await self._server.request(args[1:], self.timeout_s, progress)
             else:
