@@ -2,7 +2,8 @@
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
 #   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]
-#                           [reject] [grid] [specs] [specs-wrong] [specs-bench]   (default: env tests bench)
+#                           [reject] [grid] [specs] [specs-wrong] [specs-bench] [confine] [confine-full]
+#                           (default: env tests bench)
 # specs: the KernelBench examples and `kstui new`'s kernel pass in full; specs-wrong: the spec tasks'
 # wrong-kernel suite and a prepared worker on a spec task; specs-bench: their figures (docs/BENCHMARKS.md).
 # fast: warm's evaluations end to end with cuDNN judged in place of the kernel (a kernel at baseline speed);
@@ -11,6 +12,8 @@
 # reject: request to verdict for every wrong kernel of tests/kernels/ through harness serve (median, max).
 # grid: the starting kernel on the full grid, every baseline re-timed: each scenario's baseline of record
 #   and the speedup against it; FA4_SITE=DIR adds DIR as the worker's site directory (FA4 unpacked there).
+# confine, confine-full: the worker's sandbox per evaluation, quick or full, cold and prepared workers, with
+#   bubblewrap ($KSTUI_BWRAP, else bwrap on PATH) and without (bench/bench_confine.py).
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -48,7 +51,8 @@ for stage in $stages; do
       while IFS= read -r line; do table+=("$line"); done < <(grep '^BENCH ' "$OUT/warm.txt" | sed 's/^BENCH //')
       ;;
     fast)
-      $PY bench/bench_warm.py --out "$OUT/fast" --full --pause "${PAUSE:-15}" --stand-in cudnn > "$OUT/fast.txt" 2>&1
+      # The stand-in worker runs from bench/, which a confined worker does not see.
+      KSTUI_WORKER_SANDBOX=off $PY bench/bench_warm.py --out "$OUT/fast" --full --pause "${PAUSE:-15}" --stand-in cudnn > "$OUT/fast.txt" 2>&1
       while IFS= read -r line; do table+=("cuDNN stand-in: $line"); done < <(grep '^BENCH ' "$OUT/fast.txt" | sed 's/^BENCH //')
       ;;
     profile)
@@ -80,6 +84,14 @@ for stage in $stages; do
     grid)
       $PY bench/bench_grid.py ${FA4_SITE:+--site "$FA4_SITE"} --out "$OUT" > "$OUT/grid-table.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep -E '^GRID (device|records|geomean|no result)' "$OUT/grid-table.txt")
+      ;;
+    confine|confine-full)
+      bw=${KSTUI_BWRAP:-$(command -v bwrap)}
+      if [ -z "$bw" ]; then note "$stage" "skipped: no bubblewrap (set KSTUI_BWRAP)"; continue; fi
+      note "bubblewrap" "$bw: $("$bw" --version 2>&1)"
+      if [ "$stage" = confine ]; then args=(--selection quick); else args=(--selection full --cli 0 --prepared 1 --pause 45); fi
+      KSTUI_BWRAP=$bw $PY bench/bench_confine.py --out "$OUT" "${args[@]}" > "$OUT/$stage.txt" 2>&1
+      while IFS= read -r line; do table+=("$line"); done < <(grep -E '^(BENCH|BAD) ' "$OUT/$stage.txt" | sed 's/^BENCH //')
       ;;
     quick|full|exhaustive)
       for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness import confine, secret_env
 from harness.result import BuildReport, CompileError
 
 LIBRARY_NAME = "kernel.so"
@@ -422,6 +423,24 @@ def _load_entry(entry: Path) -> BuildReport | None:
         return None
 
 
+def private_copy(library: Path, into: Path) -> tuple[Path, str]:
+    """A copy of a built library in `into` (a directory only the caller writes) and its SHA-256,
+    checked against the hash its cache entry recorded when it was built: an entry changed since
+    (a cache another process could write) is refused, and what is checked and run is this copy."""
+    target = into / LIBRARY_NAME
+    try:
+        recorded = json.loads((library.parent / REPORT_NAME).read_text()).get("library_sha256")
+        shutil.copyfile(library, target)
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BuildInputError(f"cannot read the built library {library}: {getattr(exc, 'strerror', None) or exc}") from None
+    digest = file_sha256(target)
+    if digest != recorded:
+        _discard(library.parent)
+        raise BuildInputError(f"the build cache entry {library.parent} changed after it was written: "
+                              "discarded; evaluate again to rebuild")
+    return target, digest
+
+
 def _discard(entry: Path) -> None:
     """Move a bad entry out of the way atomically, then delete it (a concurrent reader sees all or none)."""
     trash = entry.with_name(f"{entry.name}.trash-{os.getpid()}-{time.monotonic_ns()}")
@@ -520,13 +539,26 @@ def build_name(source: Path) -> str:
     return "kernel.cu"
 
 
+def confined_compiler(argv: list[str], workdir: Path) -> list[str]:
+    """nvcc's command line inside bubblewrap where it works: the kernel's #include then reaches only
+    the system's and the toolkit's files and the work directory, never a key in a home directory (a
+    compile error quotes the lines of what it includes, and the log goes back to the agent)."""
+    box, _ = confine.detect()
+    if box is None:
+        return argv
+    toolkit = [Path(os.path.realpath(argv[0])).parent.parent]
+    toolkit += [Path(os.environ[n]) for n in ("CUDA_HOME", "CUDA_PATH") if os.path.isabs(os.environ.get(n, ""))]
+    return box.wrap(argv, confine.Mounts(ro=tuple(toolkit), rw=(workdir,)), workdir)
+
+
 def _compile(nvcc: str, version: str, flags: list[str], workdir: Path, name: str, output: Path,
              shown_as: str, timeout_s: float) -> BuildReport:
-    cmd = [nvcc, *flags, "-x", "cu", "-o", str(output), name]
+    cmd = confined_compiler([nvcc, *flags, "-x", "cu", "-o", str(output), name], workdir)
     report = BuildReport(ok=False, flags=list(flags), nvcc=version)
     try:
         proc = subprocess.Popen(
-            cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            env=secret_env.scrubbed(),  # the compiler reads the agent's code: no secret within its reach
         )
     except OSError as exc:
         raise BuildInputError(f"cannot run {nvcc}: {exc.strerror or exc}") from None

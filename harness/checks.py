@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import secret_env
 from harness.build import (
     EXPORTED_FUNCTION_KINDS,
     BuildInputError,
@@ -25,6 +26,7 @@ from harness.build import (
     ToolError,
     valid_arch,
     build_name,
+    confined_compiler,
     detect_arch,
     dynamic_symbols,
     find_nvcc,
@@ -70,6 +72,13 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "getaddrinfo",
         "gethostbyname", "sendto", "recvfrom", "sendmsg", "recvmsg",
     ),
+    # The worker's result pipe is a file descriptor in the same process: a kernel that writes to, or
+    # duplicates onto, a descriptor of its choice can forge the judge's messages.
+    "file descriptors": (
+        "write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev2", "dprintf", "vdprintf", "dup", "dup2",
+        "dup3", "fcntl", "fcntl64", "ioctl", "sendfile", "sendfile64", "splice", "tee", "vmsplice",
+        "copy_file_range", "send",
+    ),
     "environment": ("getenv", "secure_getenv", "__secure_getenv", "environ", "__environ", "_environ", "setenv",
                     "putenv", "unsetenv", "clearenv"),
     "raw system calls and code injection": (
@@ -92,7 +101,7 @@ _REGISTRATION = re.compile(r"__cuda(?:Register|Unregister|InitModule|PushCallCon
 # Names common enough as members or methods that `x.open(...)` is not a call of libc's open.
 _GENERIC = frozenset({"open", "creat", "bind", "connect", "listen", "accept", "system", "fork", "clone",
                       "socket", "truncate", "unlink", "filesystem", "daemon", "environ", "remove", "rename",
-                      "kill", "signal", "alarm", "mkdir", "chmod", "chdir"})
+                      "kill", "signal", "alarm", "mkdir", "chmod", "chdir", "write", "dup", "send", "tee", "splice"})
 # Distinctive enough to reject when a string literal names them (asm labels, entry-point lookups).
 _NAMED_IN_STRING = re.compile(
     r"\b(dl(?:m?open|v?sym|close|info|addr)|__libc_\w+|popen|posix_spawnp?|exec(?:[lv]p?e?|veat)|fexecve"
@@ -522,7 +531,8 @@ def preprocess(source_bytes: bytes, name: str, nvcc: str, options: BuildOptions)
     with tempfile.TemporaryDirectory(prefix="kstui-check-") as work:
         (Path(work) / name).write_bytes(source_bytes)
         try:
-            proc = subprocess.run([nvcc, *flags, name], cwd=work, capture_output=True, timeout=120)
+            proc = subprocess.run(confined_compiler([nvcc, *flags, name], Path(work)), cwd=work, capture_output=True,
+                                  timeout=120, env=secret_env.scrubbed())
         except subprocess.TimeoutExpired:
             return Preprocessed(None, [], "the preprocessor timed out")
         except OSError as exc:

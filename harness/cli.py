@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
 from harness.result import SCHEMA_VERSION
+from harness.secret_env import redact, secret_values
 
 if TYPE_CHECKING:
     from harness.pool import WorkerPool
@@ -49,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--total-timeout", type=float, metavar="S", help="whole-evaluation budget in seconds")
     p.add_argument("--worker-python", metavar="PATH",
                    help="the Python (with torch and CUDA) that runs the worker (default: this one)")
+    p.add_argument("--workspace", type=Path, metavar="DIR",
+                   help="the agent's workspace: hidden from the worker, and nothing the judge trusts may lie "
+                        "inside it (default: the kernel's directory, hidden only)")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenario ids and exit")
     p.add_argument("--progress", action="store_true",
                    help=f"while it runs, write the phase, scenarios done and time left as '{PROGRESS_PREFIX} {{json}}' lines on stderr")
@@ -89,6 +94,16 @@ def progress_lines(stream: TextIO) -> Callable[[dict[str, Any]], None]:
     return write
 
 
+def _quiet(stream: TextIO) -> None:
+    """Point a closed pipe's descriptor at /dev/null, so the interpreter's last flush is silent."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None, pool: "WorkerPool | None" = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
     """One evaluation. `harness serve` passes its pool of prepared workers, captures the output and, for
@@ -98,7 +113,7 @@ def main(argv: list[str] | None = None, pool: "WorkerPool | None" = None, stdout
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(parser.format_usage().rstrip() + "\n" + str(exc), file=stderr)
+        print(f"{exc} (kstui eval --help)", file=stderr)
         return 2
     from harness.report import render
     from harness.runner import BadInput, EvalOptions, evaluate, resolve
@@ -108,30 +123,38 @@ def main(argv: list[str] | None = None, pool: "WorkerPool | None" = None, stdout
                            retime=args.retime_baselines, check_only=args.check_only,
                            devices=_parse_devices(args.devices), shard=_parse_shard(args.shard), seed=args.seed,
                            scenario_timeout_s=args.scenario_timeout, total_timeout_s=args.total_timeout,
+                           workspace=args.workspace,
                            **({"python": args.worker_python} if args.worker_python else {}))
         if args.list_scenarios:
             _, _, scenarios = resolve(args.file, opts)
-            for s in scenarios:
-                print(f"{s.id}\t{'timed' if s.timed else 'check'}\t{s.group}", file=stdout)
+            try:
+                for s in scenarios:
+                    print(f"{s.id}\t{'timed' if s.timed else 'check'}\t{s.group}", file=stdout)
+                stdout.flush()
+            except BrokenPipeError:  # a reader that stopped early (`| head -1`) wanted no more
+                _quiet(stdout)
             return 0
         if args.progress:
             progress = progress or progress_lines(stderr)
         result = evaluate(args.file, opts, pool, progress if args.progress else None)
     except (BadInput, ValueError) as exc:
-        print(f"kstui eval: {exc}", file=stderr)
+        print(redact(f"kstui eval: {exc}", secret_values()), file=stderr)
         return 2
     except KeyboardInterrupt:
         print("kstui eval: interrupted", file=stderr)
         return 2
-    text = render(result)
+    # The one secret policy: no secret of this environment in anything printed or written (a build
+    # log can quote a kernel that holds one; the no-secrets check has refused it already).
+    secrets = secret_values()
+    text = redact(render(result), secrets)
     if args.json == "-":
         print(text, file=stderr)
-        stdout.write(result.to_json() + "\n")
+        stdout.write(redact(result.to_json(), secrets) + "\n")
     else:
         print(text, file=stdout)
         if args.json:
             try:
-                Path(args.json).write_text(result.to_json(indent=1) + "\n")
+                Path(args.json).write_text(redact(result.to_json(indent=1), secrets) + "\n")
             except OSError as exc:
                 print(f"kstui eval: cannot write {args.json}: {exc.strerror}", file=stderr)
                 return 2

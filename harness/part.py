@@ -77,8 +77,9 @@ def judge_part(first: Callable[[], StartedWorker], fresh: Callable[[list[Scenari
     began = time.monotonic()
     hooks = _PartHooks(gate, listener)
     try:
-        outcome = first().run({**job, "time": any(s.timed for s in scenarios)}, scenarios, scenario_timeout_s,
-                              total_timeout_s, hooks)
+        worker = first()
+        outcome = worker.run({**job, "library": worker.library, "time": any(s.timed for s in scenarios)}, scenarios,
+                             scenario_timeout_s, total_timeout_s, hooks)
     finally:
         if not hooks.arrived:  # died before the end of correctness, or never started: the others go on
             hooks.decide(False)
@@ -92,7 +93,9 @@ def judge_part(first: Callable[[], StartedWorker], fresh: Callable[[list[Scenari
         if not rest or faults >= MAX_FAULTS or left_s <= 0:
             _give_up(rest, results, faults, listener)
             break
-        outcome = fresh(rest).run({**job, "time": False}, rest, scenario_timeout_s, left_s, _PartHooks(None, listener))
+        worker = fresh(rest)
+        outcome = worker.run({**job, "library": worker.library, "time": False}, rest, scenario_timeout_s, left_s,
+                             _PartHooks(None, listener))
         results.update({r.id: r for r in outcome.results})
         device = device or outcome.device
         for name, seconds in outcome.profile.items():

@@ -11,21 +11,28 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from harness import confine
 from harness.merge import PER_SCENARIO_COST, split_balanced
 from harness.part import TimingGate, judge_part
 from harness.progress import Progress
-from harness.result import BuildReport, Check, EvalResult, ScenarioResult
-from harness.taskfile import TaskFileError, load_task_file
-from harness.started_worker import StartedWorker, WorkerOutcome, scenario_dicts
+from harness.result import BuildReport, Check, CompileError, EvalResult, ScenarioResult
+from harness.secret_env import secret_values
+from harness.secret_scan import secret_check
+from harness.started_worker import EXIT_NO_CUDA, EXIT_NO_DEVICE, StartedWorker, WorkerOutcome, scenario_dicts
+from harness.taskfile import TaskFileError, judge_files, load_task_file
 from harness.tasks import get_task
 from harness.tasks.base import Scenario, ScenarioError, Task
+from harness.worker_files import StagingError, sha256_file
+from harness.worker_launch import outside_workspace
 
 if TYPE_CHECKING:
     from harness.pool import WorkerPool
@@ -51,6 +58,9 @@ class EvalOptions:
     total_timeout_s: float | None = None
     cache_dir: Path | None = None
     python: str = field(default_factory=lambda: sys.executable)
+    # Hidden from the worker (default: the kernel's directory). Given, nothing the judge trusts (the
+    # harness, the worker's Python, the caches) may lie inside it.
+    workspace: Path | None = None
 
 
 def resolve(kernel: Path, opts: EvalOptions) -> tuple[Task, Any, list[Scenario]]:
@@ -81,10 +91,12 @@ def resolve(kernel: Path, opts: EvalOptions) -> tuple[Task, Any, list[Scenario]]
 
 
 def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, device_index: int | None,
-                scenarios: list[Scenario]) -> dict[str, Any]:
+                scenarios: list[Scenario], *, hide: Sequence[Path] = (), judge_files: dict[str, str] | None = None,
+                retime: bool = False) -> dict[str, Any]:
     """A worker's first line: everything it can do before it sees the kernel."""
     return {"task": task.name, "options": options, "device_index": device_index,
-            "cache_path": str((cache_dir or _default_cache()) / "baselines.json"),
+            "cache_path": str((cache_dir or _default_cache()) / "judge" / "baselines.json"),
+            "hide": [str(p) for p in hide], "judge_files": judge_files or {}, "retime": retime,
             # Untimed first: their references are quick to warm and come first in the job.
             "warm": scenario_dicts(sorted(scenarios, key=lambda s: s.timed))}
 
@@ -117,13 +129,21 @@ def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None,
 def _evaluate(kernel: Path, source: bytes, opts: EvalOptions, pool: WorkerPool | None, task: Task, tf: Any,
               scenarios: list[Scenario], watch: Progress | None, started: float) -> EvalResult:
     from harness import check_cache
-    from harness.build import BuildInputError, BuildOptions, build
+    from harness.build import BuildInputError, BuildOptions, build, private_copy
 
     cache_dir = opts.cache_dir
+    box, confinement = confine.detect()
+    if box is None and confine.required():
+        raise BadInput(confinement[len("none: "):] + " (KSTUI_WORKER_SANDBOX=require)")
+    if opts.workspace is not None:
+        problem = outside_workspace(opts.workspace, opts.python, cache_dir or _default_cache())
+        if problem:
+            raise BadInput(problem)
     result = EvalResult(task=task.name, kernel=kernel.name, kernel_sha256=hashlib.sha256(source).hexdigest(),
                         scenario_set=_describe_selection(opts), build=BuildReport(ok=False))
     build_options = BuildOptions(fast_math=tf.fast_math, extra_flags=tf.build_flags, timeout_s=tf.build_timeout_s,
                                  cache_dir=cache_dir / "build" if cache_dir else None)
+    private = tempfile.TemporaryDirectory(prefix="kstui-eval-")  # the library as checked and run
     try:
         # The checks preprocess the bytes the build compiles, with its own macros, so no branch is
         # checked that is not built; the preprocessor's pass runs beside the compile.
@@ -132,13 +152,17 @@ def _evaluate(kernel: Path, source: bytes, opts: EvalOptions, pool: WorkerPool |
             report, library = build(kernel, [task.entry_symbol], build_options, source)
             if watch:
                 watch.phase("checks")
-            result.checks = checked.result()
+            result.checks = checked.result() + [secret_check(source, secret_values())]
+        result.build = report
+        if box is None and not next(c.ok for c in result.checks if c.name == "single-file"):
+            _withhold_log(report)
+        if library is not None:  # what is checked and run is a private copy, never the cache's file
+            library, library_sha256 = private_copy(library, Path(private.name))
+            result.checks += check_cache.binary_checks(library, [task.entry_symbol], build_options)
     except BuildInputError as exc:
         raise BadInput(str(exc)) from None
-    result.build = report
-    if library is not None:
-        result.checks += check_cache.binary_checks(library, [task.entry_symbol], build_options)
     if opts.check_only or library is None or not result.checks_ok:
+        private.cleanup()
         if not opts.check_only and library is not None:
             result.error = "rejected by static checks before running: " + "; ".join(c.name for c in result.checks if not c.ok)
         result.finalize()
@@ -148,33 +172,68 @@ def _evaluate(kernel: Path, source: bytes, opts: EvalOptions, pool: WorkerPool |
     devices = opts.devices or [None]
     parts = split_balanced(scenarios, len(devices), task.exact_flops) if len(devices) > 1 else [scenarios]
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
-    job = {"library": str(library), "seed": seed, "baseline": opts.baseline, "retime": opts.retime,
+    job = {"seed": seed, "baseline": opts.baseline, "retime": opts.retime,
            "time_budget_s": tf.time_budget_ms / 1000.0, "noise_target_pct": tf.noise_target_pct}
-    preps = [preparation(task, tf.options, cache_dir, devices[i], parts[i]) for i in range(len(parts))]
+    try:
+        judged = {str(p): sha256_file(p) for p in judge_files(kernel)}
+    except OSError as exc:
+        raise BadInput(f"cannot read a file the task names: {exc.strerror or exc}") from None
+
+    def prep(i: int, part: list[Scenario]) -> dict[str, Any]:
+        return preparation(task, tf.options, cache_dir, devices[i], part, hide=[opts.workspace or kernel.parent],
+                           judge_files=judged, retime=opts.retime)
+
+    preps = [prep(i, parts[i]) for i in range(len(parts))]
     budgets = (opts.scenario_timeout_s or tf.scenario_timeout_s, opts.total_timeout_s or tf.total_timeout_s)
     outcomes: list[WorkerOutcome | None] = [None] * len(parts)
+    workers: list[StartedWorker] = []  # every worker started, in any thread (list.append is atomic)
+    failures: list[str] = []
     gate = TimingGate(len(parts))
     listener = watch.heard if watch else (lambda msg: None)
     if watch:
         watch.phase("correctness", len(scenarios))
 
+    def staged(worker: StartedWorker) -> StartedWorker:
+        workers.append(worker)
+        worker.stage(library, library_sha256)
+        return worker
+
     def work(i: int) -> None:
         def first() -> StartedWorker:
-            return pool.take(preps[i], opts.python) if pool else StartedWorker(preps[i], opts.python)
+            return staged(pool.take(preps[i], opts.python) if pool else StartedWorker(preps[i], opts.python))
 
         def fresh(rest: list[Scenario]) -> StartedWorker:
-            return StartedWorker(preparation(task, tf.options, cache_dir, devices[i], rest), opts.python)
+            return staged(StartedWorker(prep(i, rest), opts.python))
 
-        outcomes[i] = judge_part(first, fresh, job, parts[i], *budgets, gate, listener)
+        try:
+            outcomes[i] = judge_part(first, fresh, job, parts[i], *budgets, gate, listener)
+        except StagingError as exc:
+            failures.append(str(exc))
+        except OSError as exc:
+            failures.append(f"cannot start the worker ({opts.python}): {exc.strerror or exc}")
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(parts))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    for w in workers:
+        w.kill()  # a worker whose staging failed is still running
+    private.cleanup()
+    if failures:
+        raise BadInput(failures[0])
+    codes = [w.proc.returncode for w in workers if w.proc.returncode in EXIT_NO_CUDA]
+    if codes:
+        confined = codes[0] == EXIT_NO_DEVICE and any(w.sandbox == "bubblewrap" for w in workers)
+        where = ", inside the worker's sandbox" if confined else ""
+        raise BadInput(f"no CUDA GPU here ({EXIT_NO_CUDA[codes[0]]}{where}): "
+                       "use --check-only, or --gpu ssh://… / --eval-cmd")
     if pool:
-        for prep in preps:
-            pool.prepare(prep, opts.python)
+        for p in preps:
+            try:
+                pool.prepare(p, opts.python)
+            except (OSError, StagingError):
+                pass  # the next evaluation starts its own worker
     by_id: dict[str, ScenarioResult] = {}
     errors = []
     for out in outcomes:
@@ -186,6 +245,7 @@ def _evaluate(kernel: Path, source: bytes, opts: EvalOptions, pool: WorkerPool |
     _mark_untimed(result.scenarios)
     infos = [o.device for o in outcomes if o and o.device]
     result.device = dict(infos[0]) if infos else {}
+    result.device["sandbox"] = workers[0].sandbox if workers else ""
     if len(infos) > 1:
         result.device["gpus"] = [{"index": d.get("index"), "name": d.get("name")} for d in infos]
     result.checks += _timing_checks(result.scenarios)
@@ -205,6 +265,14 @@ def _mark_untimed(scenarios: list[ScenarioResult]) -> None:
     for s in scenarios:
         if s.timed and s.correct and s.time_us is None and failed is not None:
             s.detail = f"correct, not timed: the kernel was rejected ({failed.id}: {failed.verdict})"
+
+
+def _withhold_log(report: BuildReport) -> None:
+    """An unconfined compiler that included a file beyond the toolkit's and the standard headers may
+    have quoted it (any file the user can read) in its messages: none of them goes back."""
+    note = "withheld: the kernel includes files other than the CUDA toolkit's and the standard headers"
+    report.log = note + " (see the single-file check)"
+    report.errors = [CompileError(e.file, e.line, note) for e in report.errors[:1]]
 
 
 def _describe_selection(opts: EvalOptions) -> str:

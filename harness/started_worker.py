@@ -1,11 +1,14 @@
 """A worker process seen from its parent: started with its preparation, given its job, read to the end.
 
-`StartedWorker` starts `python -m harness.worker` in its own process group and session; `run` sends
-the job and turns the worker's message stream into one `ScenarioResult` per scenario, whatever the
+`StartedWorker` starts harness.worker in its own process group and session, as harness.worker_launch
+says (isolated Python, no secrets, a private directory, bubblewrap where it works); `run` sends the
+job and turns the worker's message stream into one `ScenarioResult` per scenario, whatever the
 worker does (hangs, crashes, corrupt output), within its budgets: each call of the candidate and each
 timed scenario within the budget the worker sends with it (harness.budgets: a multiple of the
 scenario's expected time), the harness's own work within the per-scenario budget, all of it within
 the total budget. Between correctness and timing it asks its `Hooks` whether the worker may time.
+What the worker measured before loading the candidate arrives on a second pipe and is kept
+(harness.trusted).
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ from typing import Any
 from harness import budgets
 from harness.result import ScenarioResult
 from harness.tasks.base import Scenario
+from harness.trusted import Keeper
+from harness.worker_launch import judge_cache_dir, launch
 
 STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
 REAP_WAIT_S = 0.2  # how long a kill waits for the process to go before leaving that to a thread
 LOG_TAIL = 2000
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+KEEP_TIMEOUT_S = 60.0
+LIBRARY_NAME = "kernel.so"
+# The worker's exit codes for a machine without a usable GPU (bad input for the parent, not a verdict).
+EXIT_NO_DEVICE = 5
+EXIT_NO_CUDA = {4: "CPU build of torch", EXIT_NO_DEVICE: "torch sees no CUDA device"}
 
 
 @dataclass
@@ -70,16 +79,31 @@ class StartedWorker:
     def __init__(self, prep: dict[str, Any], python: str) -> None:
         self.prep = prep
         self.python = python
-        self._read_fd, write_fd = os.pipe()
+        self.launch = launch(prep, python)
+        self.sandbox = self.launch.sandbox
+        self.library: str | None = None  # the staged library its job names (stage())
         self._log = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-                   PYTHONUNBUFFERED="1")
+        self._read_fd, write_fd = os.pipe()
+        report_fd, report_write_fd = os.pipe()  # the worker's pre-load report (harness.trusted)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([python, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=self._log,
-                                     stderr=self._log, pass_fds=(write_fd,), start_new_session=True, env=env,
-                                     cwd=tempfile.gettempdir())
+        try:
+            for name, sha256 in prep.get("judge_files", {}).items():
+                self.launch.files.stage(Path(name), sha256, f"judge/{Path(name).name}")
+            self.proc = subprocess.Popen(self.launch.argv, stdin=subprocess.PIPE, stdout=self._log, stderr=self._log,
+                                         pass_fds=(write_fd, report_write_fd), start_new_session=True,
+                                         env=self.launch.env, cwd=self.launch.cwd)
+        except BaseException:
+            for fd in (self._read_fd, write_fd, report_fd, report_write_fd):
+                os.close(fd)
+            self._log.close()
+            self.launch.files.remove()
+            raise
         os.close(write_fd)
-        line = (json.dumps({**prep, "fd": write_fd}) + "\n").encode()
+        os.close(report_write_fd)
+        cache = judge_cache_dir(prep)
+        self._keeper = Keeper(report_fd, cache / "baselines.json" if cache else None, self.launch.files.triton,
+                              cache / "triton" if cache else None)
+        line = (json.dumps({**prep, "fd": write_fd, "report_fd": report_write_fd}) + "\n").encode()
         # The worker reads this only after importing torch: write from a thread so a long preparation
         # (many scenarios to warm) never blocks the caller on a full pipe.
         self._writer = threading.Thread(target=self._write, args=(line,), daemon=True)
@@ -113,6 +137,14 @@ class StartedWorker:
             pass  # a write of the preparation was cut short: nothing to flush
         os.close(self._read_fd)
         self._log.close()
+        self._keeper.wait(KEEP_TIMEOUT_S)  # its harvest reads the private directory
+        self.launch.files.remove()
+
+    def stage(self, library: Path, sha256: str) -> str:
+        """The library copied where this worker can read it and nothing else can change it (also kept as
+        `self.library`, the path its job names)."""
+        self.library = str(self.launch.files.stage(library, sha256, LIBRARY_NAME))
+        return self.library
 
     def run(self, job: dict[str, Any], scenarios: list[Scenario], scenario_timeout_s: float,
             total_timeout_s: float, hooks: Hooks | None = None) -> WorkerOutcome:

@@ -104,7 +104,8 @@ def load_task_file(kernel: Path) -> TaskFile:
 
 
 def judge_files(kernel: Path) -> list[Path]:
-    """The files that define the kernel's task, resolved: its task file and every Python file a spec names
-    (reference, baselines). They are part of the judge: a session protects them as it found them."""
+    """The files besides the kernel that decide how it is judged, resolved: its task file and every Python
+    file a spec names (reference, baselines). The parent copies them where the worker reads them, and a
+    session protects them as it found them."""
     tf = load_task_file(kernel)
     return [tf.path.resolve(), *(tf.spec.python_files() if tf.spec else [])]

@@ -59,11 +59,13 @@ from harness.result import ScenarioResult
 from harness.tasks import get_task
 from harness.tasks.base import Comparison, Scenario, Task
 from harness.timing import EXTRA_FACTOR, MAX_REPS, MIN_REPS, Timer, load_cudart, measure_peaks
+from harness.trusted import send_report, triton_entries, triton_manifest
 
 DRAWS = 2  # fresh random inputs per scenario before timing; one more after it
 FLOOR_MARGIN = 1.10  # a time below the floor at 110% of the measured peaks is impossible, not fast
 HIDDEN_WORK_US = 10.0  # wall-clock excess over the events tolerated per call, plus 20% of the call
 WALL_CHECK_US = 6e3  # the wall-clock check's calls per scenario: 3 to 12, about this long in all
+BASELINE_BUDGET_S = 0.025  # timing the baselines before a candidate is loaded, to find the fastest
 
 
 class EntryPointError(Exception):
@@ -420,6 +422,36 @@ class Judge:
             fns = self._valid_baselines(s, inputs, [n for n in names if n in fallback])
         return list(fns), None
 
+    def lacks(self, s: Scenario, retime: bool) -> bool:
+        """The cache lacks what a judgement of s will want: every baseline's validity and time (timed),
+        or a warm-up of the reference (untimed: its Triton kernels, kept in the trusted cache)."""
+        if not s.timed:
+            return not self.cache.warmed(s.id)
+        cached = self.cache.scenario(s.id)
+        return retime or not all(b.name in cached for b in self.baselines)
+
+    def fill(self, s: Scenario) -> None:
+        """Measure what the cache lacks for s. Call only before a candidate is loaded: the result is
+        reported to the parent, which keeps it for later evaluations (harness.trusted)."""
+        if not s.timed:
+            self.warm(s)
+            self.cache.mark_warmed(s.id)
+            return
+        try:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(_seed_for(0, s.id))
+            inputs = self.task.make_inputs(s, gen, self.device)
+            self._last_ref = self.task.reference(s, inputs)
+            fns = self._valid_baselines(s, inputs, [b.name for b in self.baselines])
+            samples = self.timer.interleaved(fns, BASELINE_BUDGET_S) if fns else {}
+            _cuda_sync(self.device)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return
+        for name, smp in samples.items():
+            self.cache.put(s.id, name, True, smp.median)
+        self._last_ref = None
+
     def warm(self, s: Scenario) -> None:
         """First calls of what this scenario will run, on throwaway inputs; nothing is judged or kept.
 
@@ -573,6 +605,8 @@ class LineReader:
 
 def main() -> int:
     die_with_parent()
+    triton_dir = Path(os.environ.get("TRITON_CACHE_DIR", "/nonexistent"))
+    seeded = triton_entries(triton_dir)
     stdin = LineReader(sys.stdin.fileno())
     prep = stdin.read()
     if prep is None:
@@ -583,6 +617,8 @@ def main() -> int:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
+    if not torch.cuda.is_available():  # harness.started_worker.EXIT_NO_CUDA: bad input for the parent
+        return 5 if torch.version.cuda else 4
     device = judging_device(prep.get("device_index") or 0)
     task = get_task(prep["task"], prep.get("options"))
     info = device_info(device)
@@ -592,7 +628,6 @@ def main() -> int:
         t0 = time.perf_counter()
         cache.peaks = measure_peaks(device)
         info["peaks_measured_s"] = time.perf_counter() - t0
-        cache.save()
     peaks = cache.peaks
     info.update(peaks)
     stream = torch.cuda.Stream(device)
@@ -602,19 +637,22 @@ def main() -> int:
     judge = Judge(task, device, timer, cache, peaks)
     t0 = time.perf_counter()
     for sd in prep.get("warm", []):
-        if stdin.waiting():
-            break  # the job is here: what is not warm yet is paid for inside the evaluation
-        send({"kind": "warm", "id": sd["id"]})
-        judge.warm(Scenario(sd["id"], sd["timed"], sd["params"], sd.get("group", "")))
+        s = Scenario(sd["id"], sd["timed"], sd["params"], sd.get("group", ""))
+        # What the cache lacks is measured even once the job is here: only now, before any candidate
+        # is loaded, can it be trusted. The rest of the warm-up stops at the job.
+        lacking = judge.lacks(s, prep.get("retime", False))
+        if lacking or not stdin.waiting():
+            send({"kind": "warm", "id": s.id})
+            judge.fill(s) if lacking else judge.warm(s)
     torch.cuda.empty_cache()  # give back the warm-up's inputs while this worker waits
     warm_s = time.perf_counter() - t0
+    send_report(prep.get("report_fd"), key, cache.changes(), triton_manifest(triton_dir, seeded))
     send({"kind": "ready"})
     job = stdin.read()
     if job is None:
         return 0  # the parent went away, or prepared us for an evaluation that never came
+    cache.reread()  # another worker may have reported baselines while this one waited
     entry = load_entry(task, job["library"])
-    # Re-read: another evaluation may have timed baselines while this worker waited.
-    judge.cache = cache = BaselineCache(cache_path, key)
     if job.get("retime"):
         cache.clear()
     judge.entry, judge.job, judge.send = entry, job, send
@@ -638,8 +676,7 @@ def judge_job(judge: Judge, job: dict[str, Any], stdin: LineReader, send: Callab
             msg["timing_s"] = judge.predicted_timing_s(s)
         send(msg)
         if fatal:
-            judge.cache.save()
-            return 3
+                return 3
         clean = clean and res.correct
         passed[s.id] = res
     judge.profile["correctness_pass_s"] = time.perf_counter() - t0
@@ -658,12 +695,10 @@ def judge_job(judge: Judge, job: dict[str, Any], stdin: LineReader, send: Callab
             res, fatal = _judged(judge, s, lambda: judge.time(s, passed[s.id]))
             send({"kind": "result", "scenario": asdict(res), "phase": "timing"})
             if fatal:
-                judge.cache.save()
-                return 3
+                        return 3
             if not res.correct:
                 break  # rejected: nothing more is timed
         judge.profile["timing_pass_s"] = time.perf_counter() - t0
-    judge.cache.save()
     send({"kind": "done", "profile": dict(judge.profile)})
     return 0
 

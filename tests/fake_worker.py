@@ -114,8 +114,14 @@ FAKE = textwrap.dedent('''
 
 
 @pytest.fixture
-def fake_python(tmp_path):
-    """An executable that runs the stand-in whatever arguments it is given (`-m harness.worker`)."""
+def fake_python(tmp_path, monkeypatch):
+    """An executable that runs the stand-in whatever arguments it is given (the worker's boot).
+
+    It runs unconfined (its files and its log sit in the test's directory, which a sandboxed worker
+    could not write) and is given FAKE_WORKER_LOG, which the worker's environment otherwise drops;
+    tests/test_worker_confinement.py runs workers inside the sandbox."""
+    monkeypatch.setenv("KSTUI_WORKER_SANDBOX", "off")
+    monkeypatch.setenv("KSTUI_WORKER_ENV", "FAKE_WORKER_LOG")
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE)
     exe = tmp_path / "python"

@@ -120,6 +120,15 @@ def _compiles(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _unconfined_compiler():
+    """The shims here write beside themselves and report their pids: the compiler runs unconfined
+    (tests/test_build_confinement.py builds inside the sandbox)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KSTUI_WORKER_SANDBOX", "off")
+        yield
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory):
     """One real build of KERNEL through the counting shim, shared by the tests that only read it."""

@@ -60,6 +60,6 @@ def test_the_question_bank_and_the_prompt_name_no_operator() -> None:
     assert len(texts) > 20
     for text in texts:
         assert not OPERATOR_WORDS.search(text), text
-    from kstui.prompts import system_prompt
+    from kstui.engine.prompts import system_prompt
 
     assert not OPERATOR_WORDS.search(system_prompt("my_op.cu", "/work"))
