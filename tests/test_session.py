@@ -300,3 +300,28 @@ async def test_human_edit_during_an_evaluation_is_external_and_the_result_is_not
         told = _last_user_text(server.requests[1].body)
     assert log.of(Accepted) == [] and "changed on disk while it was being evaluated" in log.of(Rejected)[0].reason
     assert len(log.of(ExternalEdit)) == 1 and "+// human was here" in told
+
+
+async def test_evaluate_runs_the_sessions_own_set_and_a_narrower_one_is_information_only(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", speedup=1.0)
+    script = [
+        reply(_edit(1.0, 1.3), tool_use("evaluate", {"scenarios": "full"})),
+        reply(tool_use("evaluate", {})),
+        reply(text("Done.")),
+    ]
+    executor = FakeExecutor()
+    with MessagesServer(script) as server:
+        session = Session.build(_config(kernel, server, scenarios="quick"), executor)
+        log = EventLog()
+        session.subscribe(log)
+        summary = await asyncio.wait_for(session.run(), 30)
+        tools = server.requests[0].body["tools"]
+        other_set = server.requests[1].body["messages"][-1]["content"][-1]["content"]
+        own_set = server.requests[2].body["messages"][-1]["content"][-1]["content"]
+    (evaluate,) = [t for t in tools if t["name"] == "evaluate"]
+    assert "session's set ('quick')" in evaluate["description"]
+    # The start, then 'full' as asked, then the session's 'quick' when the agent names none.
+    assert [s for _, s in executor.calls] == ["quick", "full", "quick"]
+    assert "NOT A CANDIDATE" in other_set and "for information only" in other_set
+    assert "ACCEPTED" in own_set, own_set
+    assert summary.accepted == 1 and [a.eval_no for a in log.of(Accepted)] == [3]

@@ -207,7 +207,8 @@ class Evaluator:
                                                  "evaluate again")
         if scenarios != self.config.scenarios:
             # Correct on a subset is not correct on every shape: a partial evaluation is information only.
-            reason = f"evaluated on '{scenarios}': only a '{self.config.scenarios}' evaluation can be accepted"
+            reason = (f"evaluated on '{scenarios}' for information only: only the session's set "
+                      f"'{self.config.scenarios}' can be accepted")
             self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
             return agent_summary(result) + f"\nNOT A CANDIDATE: {reason}"
         best_geomean, best_noise = self.state.best_geomean, self._best_noise()

@@ -148,7 +148,7 @@ class Session:
         sandbox = detect()
         self._sandbox_notice = notice(sandbox)
         return Toolbox(
-            self.workspace, self.kernel, evaluate=self._tool_evaluate,
+            self.workspace, self.kernel, evaluate=self._tool_evaluate, session_scenarios=self.config.scenarios,
             protected=[self.config.harness_dir, self.workspace / ".kstui", self.workspace / ".git"],
             confirm_shell=self._confirm_shell if self.config.confirm_shell else None,
             bash_timeout_s=self.config.bash_timeout_s, sandbox=sandbox,

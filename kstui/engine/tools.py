@@ -60,7 +60,8 @@ class Toolbox:
         workspace: Path,
         kernel: Path,
         *,
-        evaluate: Callable[[str], Awaitable[str]],
+        evaluate: Callable[[str | None], Awaitable[str]],
+        session_scenarios: str = "full",
         protected: Sequence[Path] = (),
         confirm_shell: Callable[[str], Awaitable[bool]] | None = None,
         bash_timeout_s: float = 120,
@@ -70,6 +71,7 @@ class Toolbox:
         self.workspace = workspace.resolve()
         self.kernel = (kernel if kernel.is_absolute() else self.workspace / kernel).resolve()
         self._evaluate = evaluate
+        self.session_scenarios = session_scenarios
         self._confirm_shell = confirm_shell
         self.bash_timeout_s = bash_timeout_s
         self.output_cap = output_cap
@@ -135,8 +137,9 @@ class Toolbox:
             _tool(
                 "evaluate",
                 f"Evaluate the kernel file {rel} with the harness: build, checks, correctness on every "
-                "scenario and timing against the baseline. Returns the verdict. scenarios: 'full' "
-                "(default), 'quick', or comma-separated scenario ids.",
+                "scenario and timing against the baseline. Returns the verdict. scenarios: by default the "
+                f"session's set ('{self.session_scenarios}'), the only one whose verdict can be accepted; "
+                "'full', 'quick' or comma-separated scenario ids run that set for information only.",
                 {"scenarios": _STR},
                 [],
             ),
@@ -341,8 +344,8 @@ class Toolbox:
     # ---- evaluate ----
 
     async def _evaluate_tool(self, args: dict[str, Any]) -> ToolOutcome:
-        scenarios = args.get("scenarios") or "full"
-        if not isinstance(scenarios, str):
+        scenarios = args.get("scenarios") or None  # none asked: the session's own set
+        if scenarios is not None and not isinstance(scenarios, str):
             raise ToolError("scenarios must be a string: 'full', 'quick' or comma-separated ids")
         try:
             return ToolOutcome(await self._evaluate(scenarios))
