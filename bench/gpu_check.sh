@@ -2,7 +2,7 @@
 # The one-call GPU run: environment, GPU tests, harness benchmarks; a short table last.
 # Runs on the device machine from the repository root with torch alone (no install needed):
 #   bash bench/gpu_check.sh [env] [tests] [reference] [bench] [warm] [fast] [profile] [shards] [quick] [full] [exhaustive]
-#                           [reject] [grid] [specs] [specs-wrong] [specs-bench] [confine] [confine-full]
+#                           [reject] [grid] [specs] [specs-wrong] [specs-bench] [confine] [confine-full] [session]
 #                           (default: env tests bench)
 # specs: the KernelBench examples and `kstui new`'s kernel pass in full; specs-wrong: the spec tasks'
 # wrong-kernel suite and a prepared worker on a spec task; specs-bench: their figures (docs/BENCHMARKS.md).
@@ -14,6 +14,9 @@
 #   and the speedup against it; FA4_SITE=DIR adds DIR as the worker's site directory (FA4 unpacked there).
 # confine, confine-full: the worker's sandbox per evaluation, quick or full, cold and prepared workers, with
 #   bubblewrap ($KSTUI_BWRAP, else bwrap on PATH) and without (bench/bench_confine.py).
+# session: `kstui run --headless` on the GPU against the loopback Messages server, scripted versions judged
+#   by the real harness (tests/test_session_gpu.py); needs kstui's dependencies (anthropic, textual,
+#   gitpython) importable, e.g. carried as wheels.
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -92,6 +95,12 @@ for stage in $stages; do
       if [ "$stage" = confine ]; then args=(--selection quick); else args=(--selection full --cli 0 --prepared 1 --pause 45); fi
       KSTUI_BWRAP=$bw $PY bench/bench_confine.py --out "$OUT" "${args[@]}" > "$OUT/$stage.txt" 2>&1
       while IFS= read -r line; do table+=("$line"); done < <(grep -E '^(BENCH|BAD) ' "$OUT/$stage.txt" | sed 's/^BENCH //')
+      ;;
+    session)
+      KSTUI_SESSION_OUT="$OUT/session" $PY -m pytest -v -s -p no:cacheprovider tests/test_session_gpu.py --timeout 600 \
+        > "$OUT/session.txt" 2>&1
+      note "GPU session (kstui run --headless)" "$(tail -1 "$OUT/session.txt")"
+      while IFS= read -r line; do table+=("$line"); done < <(grep '^SESSION ' "$OUT/session.txt")
       ;;
     quick|full|exhaustive)
       for k in workspace/flash_fwd.cu workspace/rmsnorm.cu; do
