@@ -64,6 +64,7 @@ def mount_args(mounts: Mounts) -> list[str]:
     ops += [("--ro-bind", "/dev/null", p) for p in _secret_files()] + [("--tmpfs", "", p) for p in _secret_dirs()]
     ops += [("--ro-bind", source, target) for source, target in _sources_and_targets(mounts.ro)]
     ops += [("--bind", source, target) for source, target in _sources_and_targets(mounts.rw)]
+    ops = _without_links_inside(ops)
     bound = [Path(p) for _, _, p in ops]
     hidden = {os.path.realpath(p) for p in mounts.hide} | {os.path.abspath(p) for p in mounts.hide}
     ops += [("--tmpfs", "", p) for p in sorted(hidden) if any(_within(Path(p), b) for b in bound)]
@@ -85,6 +86,15 @@ def _sources_and_targets(paths: Iterable[Path]) -> list[tuple[str, str]]:
             pairs.setdefault(real, real)
             pairs.setdefault(os.path.abspath(p), real)
     return [(source, target) for target, source in pairs.items()]
+
+
+def _without_links_inside(ops: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Drop binds onto a symlink that lies inside another bound directory: it is already there and leads
+    to its target (bound at its real path), and bubblewrap cannot mount over it (/usr/local/cuda, a link
+    to /usr/local/cuda-13.0 under the bound /usr)."""
+    targets = [Path(t) for _, _, t in ops]
+    return [op for op in ops if op[0] == "--tmpfs" or not os.path.islink(op[2])
+            or not any(t != Path(op[2]) and _within(Path(op[2]), t) for t in targets)]
 
 
 def _within(path: Path, root: Path) -> bool:

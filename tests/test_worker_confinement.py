@@ -249,3 +249,16 @@ def test_the_workspace_is_hidden_even_inside_a_bound_directory(layout):
     pairs = list(zip(args, args[1:]))
     assert ("--tmpfs", str(layout["ws"])) in pairs
     assert args.index(str(layout["ws"])) > args.index(str(layout["tools"]))  # on top of the bind
+
+
+@needs_bwrap
+def test_a_toolchain_named_by_a_link_inside_a_bound_directory_is_reachable(tmp_path):
+    # As on the GPU image: /usr/local/cuda, a link to /usr/local/cuda-13.0, inside the bound /usr.
+    real = tmp_path / "cuda-13.0" / "bin"
+    real.mkdir(parents=True)
+    (real / "nvcc").write_text("found\n")
+    (tmp_path / "cuda").symlink_to(tmp_path / "cuda-13.0")
+    mounts = confine.Mounts(ro=(tmp_path, tmp_path / "cuda"))
+    argv = confine.detect()[0].wrap(["cat", str(tmp_path / "cuda" / "bin" / "nvcc")], mounts, Path("/"))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (0, "found\n"), done.stderr
