@@ -5,9 +5,9 @@ has (FlashAttention-4 and -3 where installed, cuDNN, SDPA's flash and efficient 
 and timed beside it in this one run and the record of each scenario is the fastest valid one. Prints
 `GRID` lines: per scenario, the record, every baseline's time (or `invalid: why`), the kernel's time
 and speedup; then how many scenarios each baseline holds the record on, and the geomean (also against
-cuDNN alone, the figure of earlier sessions). `--site DIR` runs the worker with DIR added as a site
-directory first, so packages unpacked there with their .pth files (FA4's: /work/shared/reference/
-FA4-ON-H200.md) import.
+cuDNN alone, the figure of earlier sessions). `--site DIR` names DIR in $KSTUI_WORKER_SITE, the
+worker's opt-in for extra site directories (added with their .pth files, bound into its sandbox), so
+FlashAttention-4 unpacked there imports.
 Usage: python bench/bench_grid.py [--site /tmp/site] [--scenarios full] [--out DIR]
 """
 
@@ -29,16 +29,6 @@ sys.path.insert(0, str(ROOT))
 from harness.result import EvalResult  # noqa: E402
 
 KERNEL = ROOT / "workspace" / "flash_fwd.cu"
-
-
-def site_python(site: Path, folder: Path) -> Path:
-    """An executable `--worker-python` can name: the worker, with `site` added as a site directory."""
-    code = (f"import runpy, site, sys; site.addsitedir({str(site)!r}); sys.argv[0] = 'harness.worker'; "
-            "runpy.run_module('harness.worker', run_name='__main__', alter_sys=True)")
-    path = folder / "site-python"
-    path.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"{code}\"\n")
-    path.chmod(0o755)
-    return path
 
 
 def invalid_reasons(cache_dir: Path) -> dict[tuple[str, str], str]:
@@ -68,10 +58,10 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cache_dir = Path(os.environ.get("KSTUI_CACHE_DIR") or tempfile.mkdtemp(prefix="kstui-grid-"))
-    extra = ["--worker-python", str(site_python(args.site, Path(tempfile.mkdtemp())))] if args.site else []
+    site = {"KSTUI_WORKER_SITE": str(args.site.resolve())} if args.site else {}
     proc = subprocess.run([sys.executable, "-m", "harness", "eval", str(KERNEL), "--scenarios", args.scenarios,
-                           "--retime-baselines", "--json", "-", *extra], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "KSTUI_CACHE_DIR": str(cache_dir)})
+                           "--retime-baselines", "--json", "-"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "KSTUI_CACHE_DIR": str(cache_dir), **site})
     (args.out / "grid.json").write_text(proc.stdout)
     (args.out / "grid.txt").write_text(proc.stderr)
     if not proc.stdout.strip():
