@@ -29,6 +29,7 @@ from harness import budgets
 from harness.result import ScenarioResult
 from harness.tasks.base import Scenario
 from harness.trusted import Keeper
+from harness.worker_files import judge_name, staged_options
 from harness.worker_launch import judge_cache_dir, launch
 
 STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
@@ -88,7 +89,7 @@ class StartedWorker:
         self.started = time.monotonic()
         try:
             for name, sha256 in prep.get("judge_files", {}).items():
-                self.launch.files.stage(Path(name), sha256, f"judge/{Path(name).name}")
+                self.launch.files.stage(Path(name), sha256, judge_name(name))
             self.proc = subprocess.Popen(self.launch.argv, stdin=subprocess.PIPE, stdout=self._log, stderr=self._log,
                                          pass_fds=(write_fd, report_write_fd), start_new_session=True,
                                          env=self.launch.env, cwd=self.launch.cwd)
@@ -103,7 +104,8 @@ class StartedWorker:
         cache = judge_cache_dir(prep)
         self._keeper = Keeper(report_fd, cache / "baselines.json" if cache else None, self.launch.files.triton,
                               cache / "triton" if cache else None)
-        line = (json.dumps({**prep, "fd": write_fd, "report_fd": report_write_fd}) + "\n").encode()
+        options = staged_options(prep.get("options"), self.launch.files.eval)
+        line = (json.dumps({**prep, "options": options, "fd": write_fd, "report_fd": report_write_fd}) + "\n").encode()
         # The worker reads this only after importing torch: write from a thread so a long preparation
         # (many scenarios to warm) never blocks the caller on a full pipe.
         self._writer = threading.Thread(target=self._write, args=(line,), daemon=True)

@@ -160,9 +160,15 @@ def launch(prep: Mapping[str, Any], python: str) -> Launch:
 
 
 def _tool_dirs(env: Mapping[str, str]) -> list[Path]:
-    """The directories of the tools the worker runs and of its libraries (the driver's, often)."""
-    found = [t for t in (shutil.which(name, path=env.get("PATH")) for name in TOOLS) if t]
+    """The directories of the tools the worker runs and of its libraries (the driver's, often).
+
+    A compiler is bound with its installation prefix: gcc under /opt/gcc/bin (the GPU image's $CC, which
+    Triton builds its launcher with) runs cc1 from /opt/gcc/libexec and links from /opt/gcc/lib."""
+    named = [env[n] for n in ("CC", "CXX") if env.get(n)]
+    found = [t for t in (shutil.which(name, path=env.get("PATH")) for name in (*TOOLS, *named)) if t]
     dirs = [Path(t).parent for t in found] + [Path(os.path.realpath(t)).parent for t in found]
+    home = [Path(os.path.realpath(Path.home()))]
+    dirs += [d.parent for d in dirs if d.name == "bin" and len(d.parent.parts) > 2 and not _inside(d.parent, home)]
     dirs += [Path(p) for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     return dirs + [Path(env[n]) for n in ("CUDA_HOME", "CUDA_PATH") if env.get(n)]
 

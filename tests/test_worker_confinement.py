@@ -262,3 +262,23 @@ def test_a_toolchain_named_by_a_link_inside_a_bound_directory_is_reachable(tmp_p
     argv = confine.detect()[0].wrap(["cat", str(tmp_path / "cuda" / "bin" / "nvcc")], mounts, Path("/"))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert (done.returncode, done.stdout) == (0, "found\n"), done.stderr
+
+
+@needs_bwrap
+def test_the_compiler_cc_names_is_bound_with_its_installation(tmp_path):
+    # As on the GPU image: CC=/opt/gcc/bin/gcc, which runs cc1 from /opt/gcc/libexec (Triton compiles
+    # its launcher with $CC inside the worker).
+    from harness.worker_launch import _tool_dirs
+
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    (prefix / "libexec" / "cc1").write_text("cc1 ran\n")
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_text(f"#!/bin/sh\nexec cat {prefix / 'libexec' / 'cc1'}\n")
+    gcc.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "CC": str(gcc)}
+    mounts = confine.Mounts(ro=tuple(_tool_dirs(env)))
+    done = subprocess.run(confine.detect()[0].wrap([str(gcc)], mounts, Path("/")), capture_output=True, text=True,
+                          timeout=30)
+    assert (done.returncode, done.stdout) == (0, "cc1 ran\n"), done.stderr
