@@ -11,7 +11,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes import EventLog, FakeExecutor, kernel_text
+
 from kstui.engine.config import SessionConfig
 from kstui.engine.events import Error, SessionStarted, StartingPoint
 from kstui.engine.integrity import JudgeFingerprint, TaskFiles, judge_paths
@@ -59,9 +61,9 @@ async def test_every_evaluation_judges_the_judge_files_recorded_at_start(tmp_pat
         await session.evaluate_now()
         errors = [e for e in log.of(Error) if e.where == "task"]
         assert len(fake.calls) == 1  # the start only: the changed reference refused the evaluation
-        assert [e.message for e in errors] == [
+        assert [e.message for e in errors] == [(
             "the task's judge files changed during the session (op_ref.py): evaluation refused; restore them, "
-            "or start a new session to judge against the new ones"]
+            "or start a new session to judge against the new ones")]
         await session.evaluate_now()
         assert len([e for e in log.of(Error) if e.where == "task"]) == 1  # said once per change, not per try
         ref.write_bytes(recorded[ref.name])
@@ -141,3 +143,22 @@ async def test_the_agent_may_not_write_a_judge_file(tmp_path: Path) -> None:
         assert out.is_error
     assert (await box.run("read_file", {"path": "op_ref.py"})).is_error is False
     assert (await box.run("write_file", {"path": "notes.py", "content": "x = 1\n"})).is_error is False
+
+
+async def test_bash_cannot_write_a_judge_file_in_its_sandbox(tmp_path: Path) -> None:
+    from kstui.engine import sandbox as sandbox_mod
+
+    found = sandbox_mod.detect()
+    if found is None:
+        pytest.skip(sandbox_mod.notice(None))
+    kernel = _spec_workspace(tmp_path / "ws")
+    before = kernel.with_name("op_ref.py").read_bytes()
+
+    async def evaluate(scenarios: str) -> str:
+        return ""
+
+    box = Toolbox(kernel.parent, kernel, evaluate=evaluate, sandbox=found)
+    out = await box.run("bash", {"command": "echo 'def op(x): return x' > op_ref.py"})
+    assert out.is_error and "Read-only file system" in out.text, out.text
+    assert kernel.with_name("op_ref.py").read_bytes() == before
+    assert not (await box.run("bash", {"command": "echo ok > scratch.txt"})).is_error
