@@ -307,3 +307,27 @@ async def test_a_spec_task_travels_with_its_judge_files(sshd: SshServer, harness
     laid = {p.relative_to(work).as_posix(): p.read_bytes() for p in work.rglob("*") if p.is_file()}
     assert {n: laid[n] for n in ("ops/op.cu", "ops/op.toml", "ops/op_ref.py", "shared/base.py")} == {
         n: (tmp_path / "ws" / n).read_bytes() for n in ("ops/op.cu", "ops/op.toml", "ops/op_ref.py", "shared/base.py")}
+
+
+async def test_the_host_agent_lays_out_nothing_outside_its_work_folder(
+    sshd: SshServer, harness_python: str, kernel: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "remote"
+    ex = sshd.executor(harness_python, cache)
+    try:
+        await ex.evaluate(kernel, extra_args=["--check-only"])  # the agent is up, the kernel's object sent
+        ksha = _sha(kernel)
+        for files, work, why in [({"../../escape.cu": ksha}, "ab" * 20, "outside the work folder"),
+                                 ({"/tmp/escape.cu": ksha}, "ab" * 20, "outside the work folder"),
+                                 ({"k.cu": ksha}, "../x", "not a digest")]:
+            request = {"kernel": next(iter(files)), "files": files, "work": work, "check_gpu": False, "devices": [],
+                       "args": ["--check-only"]}
+            done = await ex._request(request, "test")
+            assert done.returncode == 125 and why in done.stderr.decode(), done.stderr
+        done = await ex._request({"kernel": "other.cu", "files": {"k.cu": ksha}, "work": "ab" * 20, "check_gpu": False,
+                                  "devices": [], "args": []}, "test")
+        assert done.returncode == 125 and "not among the files sent" in done.stderr.decode()
+    finally:
+        await ex.close()
+    assert not (cache / "escape.cu").exists() and not Path("/tmp/escape.cu").exists()
+    assert not (cache / "work" / ("ab" * 20)).exists()

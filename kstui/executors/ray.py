@@ -2,8 +2,8 @@
 
 Ray is an optional extra (`pip install 'kstui[ray]'`) and is imported only when this executor starts.
 The kernel and the task's judge files (task file, reference, baselines: kstui.executors.bundle) travel
-inside the task; each node keeps its own build and baseline
-caches (a node-local KSTUI_CACHE_DIR unless the node sets one), since timings belong to one GPU.
+inside the task; each node keeps its own build and baseline caches (a node-local KSTUI_CACHE_DIR
+unless the node sets one), since timings belong to one GPU.
 """
 
 from __future__ import annotations

@@ -137,6 +137,8 @@ def kill(rid):
 def evaluate(req):
     rid = req["id"]
     try:
+        if req["kernel"] not in req["files"]:
+            raise Refused(125, "the kernel %r is not among the files sent" % req["kernel"])
         work = lay_out(req["files"], req["work"])
         kernel = os.path.join(work, *req["kernel"].split("/"))
         if req["check_gpu"]:
