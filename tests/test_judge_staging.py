@@ -43,16 +43,11 @@ print(json.dumps({"name": task.name, "folder": str(task.spec.folder), "files": [
 
 @pytest.fixture
 def spec_kernel(tmp_path: Path) -> Path:
-    """The workspace: ops/op.cu with its spec, whose baseline lives in ../shared."""
-    ws = tmp_path / "ws"
-    (ws / "ops").mkdir(parents=True)
-    (ws / "shared").mkdir()
-    return ws
-
-
-def _spec(ws: Path) -> Path:
-    ops = ws / "ops"
-    (ws / "shared" / "base.py").write_text("def slow(x):\n    return x.clamp(min=0)\n")
+    """ws/ops/op.cu with its spec and reference; the spec's baseline lives in ws/shared."""
+    ops, shared = tmp_path / "ws" / "ops", tmp_path / "ws" / "shared"
+    ops.mkdir(parents=True)
+    shared.mkdir()
+    (shared / "base.py").write_text("def slow(x):\n    return x.clamp(min=0)\n")
     (ops / "op_ref.py").write_text("def op(x):\n    return x.clamp(min=0)\n")
     (ops / "op.toml").write_text(
         'reference = "op_ref.py:op"\nbaselines = ["eager", "../shared/base.py:slow"]\n'
@@ -81,8 +76,8 @@ def _started(kernel: Path, ws: Path, python: str) -> StartedWorker:
 @pytest.mark.parametrize("sandbox", SANDBOX)
 def test_the_worker_builds_a_spec_task_from_its_staged_copies(spec_kernel, tmp_path, monkeypatch, sandbox):
     monkeypatch.setenv("KSTUI_WORKER_SANDBOX", sandbox)
-    kernel = _spec(spec_kernel)
-    worker = _started(kernel, spec_kernel, _probe_python(tmp_path))
+    kernel, ws = spec_kernel, spec_kernel.parents[1]
+    worker = _started(kernel, ws, _probe_python(tmp_path))
     try:
         assert worker.proc.wait(timeout=60) == 0, worker.proc.returncode
         worker._log.seek(0)
@@ -90,19 +85,20 @@ def test_the_worker_builds_a_spec_task_from_its_staged_copies(spec_kernel, tmp_p
         judge = worker.launch.files.eval / "judge"
         assert seen["folder"] == str(judge / "ops")
         assert seen["files"] == [str(judge / "ops" / "op_ref.py"), str(judge / "shared" / "base.py")]
-        assert seen["texts"] == [(spec_kernel / "ops" / "op_ref.py").read_text(), (spec_kernel / "shared" / "base.py").read_text()]
+        assert seen["texts"] == [(ws / "ops" / "op_ref.py").read_text(), (ws / "shared" / "base.py").read_text()]
         # the same task as the parent's: the baseline cache is keyed by this name
         assert seen["name"] == resolve(kernel, EvalOptions(selection="quick"))[0].name
-        assert worker.sandbox == ("bubblewrap" if sandbox == "" else worker.sandbox)
+        if sandbox == "":  # the workspace was hidden: nothing was read from it
+            assert worker.sandbox == "bubblewrap"
     finally:
         worker.kill()
 
 
 def test_a_reference_changed_after_it_was_hashed_is_never_staged(spec_kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("KSTUI_WORKER_SANDBOX", "off")
-    kernel = _spec(spec_kernel)
-    task, tf, scenarios = resolve(kernel, EvalOptions(selection="quick", workspace=spec_kernel))
-    prep = preparation(task, tf.options, None, None, scenarios, hide=[spec_kernel], judge=judged(judge_layout(kernel)))
-    (spec_kernel / "shared" / "base.py").write_text("def slow(x):\n    return x\n")
+    kernel, ws = spec_kernel, spec_kernel.parents[1]
+    task, tf, scenarios = resolve(kernel, EvalOptions(selection="quick", workspace=ws))
+    prep = preparation(task, tf.options, None, None, scenarios, hide=[ws], judge=judged(judge_layout(kernel)))
+    (ws / "shared" / "base.py").write_text("def slow(x):\n    return x\n")
     with pytest.raises(StagingError, match="base.py changed after it was checked"):
         StartedWorker(prep, _probe_python(tmp_path))
