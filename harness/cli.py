@@ -15,14 +15,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
+from harness.progress import PROGRESS_PREFIX
 from harness.result import SCHEMA_VERSION
 from harness.secret_env import redact, secret_values
 
 if TYPE_CHECKING:
     from harness.pool import WorkerPool
-
-
-PROGRESS_PREFIX = "kstui-progress:"
 
 
 class UsageError(Exception):
@@ -56,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "inside it (default: the kernel's directory, hidden only)")
     p.add_argument("--list-scenarios", action="store_true", help="print the scenario ids and exit")
     p.add_argument("--progress", action="store_true",
-                   help=f"while it runs, write the phase, scenarios done and time left as '{PROGRESS_PREFIX} {{json}}' lines on stderr")
+                   help=f"while it runs, write the phase, scenarios done and time left as '{PROGRESS_PREFIX}{{json}}' lines on stderr")
     p.add_argument("--version", action="version", version=f"kstui-harness schema {SCHEMA_VERSION}")
     return p
 
@@ -88,7 +86,7 @@ def progress_lines(stream: TextIO) -> Callable[[dict[str, Any]], None]:
 
     def write(state: dict[str, Any]) -> None:
         with lock:
-            stream.write(f"{PROGRESS_PREFIX} {json.dumps(state)}\n")
+            stream.write(f"{PROGRESS_PREFIX}{json.dumps(state)}\n")
             stream.flush()
 
     return write

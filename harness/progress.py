@@ -21,6 +21,8 @@ from typing import Any, Callable
 MIN_INTERVAL_S = 0.2
 HEARTBEAT_S = 1.0
 TICK_S = 0.05
+# `harness eval --progress` writes each report on stderr as this prefix and its JSON (kstui reads them).
+PROGRESS_PREFIX = "kstui-progress: "
 
 
 class Progress:

@@ -28,7 +28,7 @@ from harness.result import BuildReport, Check, CompileError, EvalResult, Scenari
 from harness.secret_env import secret_values
 from harness.secret_scan import secret_check
 from harness.started_worker import EXIT_NO_CUDA, EXIT_NO_DEVICE, StartedWorker, WorkerOutcome, scenario_dicts
-from harness.taskfile import TaskFileError, judge_files, load_task_file
+from harness.taskfile import JudgeLayout, TaskFileError, judge_layout, load_task_file
 from harness.tasks import get_task
 from harness.tasks.base import Scenario, ScenarioError, Task
 from harness.worker_files import StagingError, sha256_file
@@ -91,14 +91,21 @@ def resolve(kernel: Path, opts: EvalOptions) -> tuple[Task, Any, list[Scenario]]
 
 
 def preparation(task: Task, options: dict[str, Any], cache_dir: Path | None, device_index: int | None,
-                scenarios: list[Scenario], *, hide: Sequence[Path] = (), judge_files: dict[str, str] | None = None,
+                scenarios: list[Scenario], *, hide: Sequence[Path] = (), judge: dict[str, Any] | None = None,
                 retime: bool = False) -> dict[str, Any]:
-    """A worker's first line: everything it can do before it sees the kernel."""
+    """A worker's first line: everything it can do before it sees the kernel. `judge`: judged(layout)."""
     return {"task": task.name, "options": options, "device_index": device_index,
             "cache_path": str((cache_dir or _default_cache()) / "judge" / "baselines.json"),
-            "hide": [str(p) for p in hide], "judge_files": judge_files or {}, "retime": retime,
+            "hide": [str(p) for p in hide], "retime": retime, **(judge or {"judge_files": {}}),
             # Untimed first: their references are quick to warm and come first in the job.
             "warm": scenario_dicts(sorted(scenarios, key=lambda s: s.timed))}
+
+
+def judged(layout: JudgeLayout) -> dict[str, Any]:
+    """The judge files as a worker stages them (harness.started_worker): each file's name in the layout,
+    where it is read and its hash now; and the task file's folder there, where the worker loads the task."""
+    return {"judge_files": {name: {"path": str(path), "sha256": sha256_file(path)} for name, path in layout.files.items()},
+            "judge_task_dir": layout.task_dir}
 
 
 def evaluate(kernel: Path, opts: EvalOptions, pool: WorkerPool | None = None,
@@ -175,13 +182,15 @@ def _evaluate(kernel: Path, source: bytes, opts: EvalOptions, pool: WorkerPool |
     job = {"seed": seed, "baseline": opts.baseline, "retime": opts.retime,
            "time_budget_s": tf.time_budget_ms / 1000.0, "noise_target_pct": tf.noise_target_pct}
     try:
-        judged = {str(p): sha256_file(p) for p in judge_files(kernel)}
+        judge = judged(judge_layout(kernel))
+    except TaskFileError as exc:
+        raise BadInput(str(exc)) from None
     except OSError as exc:
         raise BadInput(f"cannot read a file the task names: {exc.strerror or exc}") from None
 
     def prep(i: int, part: list[Scenario]) -> dict[str, Any]:
         return preparation(task, tf.options, cache_dir, devices[i], part, hide=[opts.workspace or kernel.parent],
-                           judge_files=judged, retime=opts.retime)
+                           judge=judge, retime=opts.retime)
 
     preps = [prep(i, parts[i]) for i in range(len(parts))]
     budgets = (opts.scenario_timeout_s or tf.scenario_timeout_s, opts.total_timeout_s or tf.total_timeout_s)

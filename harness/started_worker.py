@@ -29,7 +29,6 @@ from harness import budgets
 from harness.result import ScenarioResult
 from harness.tasks.base import Scenario
 from harness.trusted import Keeper
-from harness.worker_files import judge_name, staged_options
 from harness.worker_launch import judge_cache_dir, launch
 
 STARTUP_TIMEOUT_S = 240.0  # torch import, CUDA context, peak measurement on a cold cache
@@ -70,6 +69,14 @@ def scenario_dicts(scenarios: list[Scenario]) -> list[dict[str, Any]]:
     return [{"id": s.id, "timed": s.timed, "params": s.params, "group": s.group} for s in scenarios]
 
 
+def staged_prep(prep: dict[str, Any], judge: Path) -> dict[str, Any]:
+    """The preparation the worker reads: a spec task loaded from its staged copies in `judge`, never
+    from the workspace (which the sandbox hides, and which the agent can still change)."""
+    if "spec" not in prep.get("options", {}) or "judge_task_dir" not in prep:
+        return prep
+    return {**prep, "options": {**prep["options"], "dir": os.path.normpath(judge / prep["judge_task_dir"])}}
+
+
 class StartedWorker:
     """A worker process, started with its preparation; run() gives it the job and reads its results.
 
@@ -88,8 +95,9 @@ class StartedWorker:
         report_fd, report_write_fd = os.pipe()  # the worker's pre-load report (harness.trusted)
         self.started = time.monotonic()
         try:
-            for name, sha256 in prep.get("judge_files", {}).items():
-                self.launch.files.stage(Path(name), sha256, judge_name(name))
+            judge = self.launch.files.eval / "judge"
+            for name, staged in prep.get("judge_files", {}).items():
+                self.launch.files.stage(Path(staged["path"]), staged["sha256"], f"judge/{name}")
             self.proc = subprocess.Popen(self.launch.argv, stdin=subprocess.PIPE, stdout=self._log, stderr=self._log,
                                          pass_fds=(write_fd, report_write_fd), start_new_session=True,
                                          env=self.launch.env, cwd=self.launch.cwd)
@@ -104,8 +112,7 @@ class StartedWorker:
         cache = judge_cache_dir(prep)
         self._keeper = Keeper(report_fd, cache / "baselines.json" if cache else None, self.launch.files.triton,
                               cache / "triton" if cache else None)
-        options = staged_options(prep.get("options"), self.launch.files.eval)
-        line = (json.dumps({**prep, "options": options, "fd": write_fd, "report_fd": report_write_fd}) + "\n").encode()
+        line = (json.dumps({**staged_prep(prep, judge), "fd": write_fd, "report_fd": report_write_fd}) + "\n").encode()
         # The worker reads this only after importing torch: write from a thread so a long preparation
         # (many scenarios to warm) never blocks the caller on a full pipe.
         self._writer = threading.Thread(target=self._write, args=(line,), daemon=True)

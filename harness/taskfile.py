@@ -6,6 +6,7 @@ A task file names a built-in task (`task = "attention"`) or describes its own (a
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,3 +110,38 @@ def judge_files(kernel: Path) -> list[Path]:
     session protects them as it found them."""
     tf = load_task_file(kernel)
     return [tf.path.resolve(), *(tf.spec.python_files() if tf.spec else [])]
+
+
+@dataclass(frozen=True)
+class JudgeLayout:
+    """The kernel with its judge files as one folder tree, so that a copy of the tree is judged the same:
+    each file named relative to a common root (posix), a spec's `../refs/x.py` kept where it is named."""
+
+    root: Path
+    kernel: str  # the kernel's name under the root
+    files: dict[str, Path]  # name under the root -> the file to read (resolved); the task file first
+
+    @property
+    def task_dir(self) -> str:
+        """The task file's folder under the root (the kernel's)."""
+        return os.path.dirname(self.kernel) or "."
+
+
+def judge_layout(kernel: Path, *, lenient: bool = False) -> JudgeLayout:
+    """judge_files' files as the spec names them, beside the kernel (the task file is found there).
+    lenient: a task file that cannot be read as a task is laid out alone (whoever judges the copy says
+    what is wrong with it), instead of TaskFileError."""
+    folder = Path(os.path.abspath(kernel)).parent
+    try:
+        tf = load_task_file(kernel)
+    except TaskFileError:
+        if not lenient:
+            raise
+        task = task_file_for(Path(os.path.abspath(kernel)))
+        return JudgeLayout(root=folder, kernel=kernel.name, files={task.name: task} if os.path.lexists(task) else {})
+    named = {folder / tf.path.name: tf.path.resolve()}
+    for ref in tf.spec.python_refs() if tf.spec else []:
+        named.setdefault(Path(os.path.normpath(folder / ref.text.partition(":")[0])), ref.path)
+    root = Path(os.path.commonpath([folder, *(p.parent for p in named)]))
+    return JudgeLayout(root=root, kernel=(folder / kernel.name).relative_to(root).as_posix(),
+                       files={p.relative_to(root).as_posix(): source for p, source in named.items()})

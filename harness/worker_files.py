@@ -8,8 +8,7 @@ hashes checked against what the parent checked; `eval/` is read-only inside the 
   home/     HOME (and the XDG cache and config), writable
   tmp/      TMPDIR and the working directory, writable
   triton/   TRITON_CACHE_DIR: a copy of the trusted cache, writable (harness.trusted)
-  eval/     the staged library (kernel.so) and judge files (judge/<their absolute path>), read-only
-            to the worker, which reads a spec task from there (staged_options)
+  eval/     the staged library (kernel.so) and judge files (judge/), read-only to the worker
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 
 class StagingError(Exception):
@@ -32,20 +30,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def judge_name(path: str) -> str:
-    """Where a judge file is staged under eval/: at its whole path, so that a spec's references relative
-    to its folder (`ref.py`, `../common/ref.py`) resolve among the staged copies as they did beside it."""
-    return "judge" + os.path.abspath(path)
-
-
-def staged_options(options: dict[str, Any] | None, eval_dir: Path) -> dict[str, Any] | None:
-    """A task's options as the worker must read them: a spec task's folder (options["dir"]) moved to
-    its staged copy, since the workspace it lies in is hidden from the worker."""
-    if not options or "dir" not in options:
-        return options
-    return {**options, "dir": str(eval_dir / judge_name(options["dir"]))}
 
 
 class WorkerFiles:

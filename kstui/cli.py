@@ -152,7 +152,7 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         raise BadInput(f"{kernel}: no earlier session of this kernel to resume")
     try:
         executor = make_executor(config.gpu, config.eval_cmd, config.devices, shards=config.shards,
-                                 warm=config.warm_workers)
+                                 warm=config.warm_workers, workspace=config.workspace)
     except ExecutorError as exc:
         raise BadInput(str(exc)) from None
     try:

@@ -76,3 +76,20 @@ def executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
+
+
+def write_spec_kernel(workspace: Path) -> Path:
+    """`kstui new op` in workspace/ops, with a baseline one folder up (../shared/base.py): a spec task
+    whose judge files are the task file, the reference and that baseline; returns the kernel's path."""
+    from kstui.new_task import render
+
+    ops, shared = workspace / "ops", workspace / "shared"
+    ops.mkdir(parents=True)
+    shared.mkdir()
+    for name, text in render("op").items():
+        (ops / name).write_text(text)
+    toml = ops / "op.toml"
+    toml.write_text(toml.read_text().replace('baselines = ["eager", "compiled"]',
+                                             'baselines = ["eager", "../shared/base.py:slow"]'))
+    (shared / "base.py").write_text("import torch\n\n\ndef slow(x):\n    return x * torch.sigmoid(x)\n")
+    return ops / "op.cu"

@@ -46,6 +46,8 @@ class FakeExecutor:
     # drift(call_no, kernel_text) -> factor applied to this call's times (1.0 = none); for noise tests.
     drift: Callable[[int, str], float] | None = None
     calls: list[tuple[Path, str]] = field(default_factory=list)
+    # per call, every file beside the kernel evaluated (name -> bytes): what a harness would read as the task
+    beside: list[dict[str, bytes]] = field(default_factory=list)
     parallelism: int = 1  # GPUs it can use at once
 
     def describe(self) -> str:
@@ -61,6 +63,7 @@ class FakeExecutor:
             progress({"phase": "correctness", "done": 1, "total": len(self.baselines), "elapsed_s": 0.0,
                       "eta_s": self.delay_s, "failed": []})
         self.calls.append((Path(kernel), scenarios))
+        self.beside.append({p.name: p.read_bytes() for p in Path(kernel).parent.iterdir() if p.is_file()})
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         text = data.decode("utf-8", "surrogateescape")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel
+from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel, write_spec_kernel
 
 from harness.result import EvalResult
 from kstui.executors.devices import DevicePool, parse_devices
@@ -294,3 +294,27 @@ def test_no_textual_or_torch_import() -> None:
     code = "import sys, kstui.executors.factory; print(any(m.split('.')[0] in ('torch', 'textual', 'ray') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+async def test_a_template_that_copies_root_takes_every_judge_file_along(tmp_path: Path) -> None:
+    # As a template that ships files to another machine would: {root} copied elsewhere, the kernel judged
+    # there by {relfile} with the real harness, which reads the reference and the baseline one folder up.
+    kernel = write_spec_kernel(tmp_path / "ws")
+    far = tmp_path / "far"
+    ex = TemplateExecutor(f"cp -r {{root}} {shlex.quote(str(far))} && cd {shlex.quote(str(far))} && "
+                          f"{shlex.quote(sys.executable)} -m harness eval {{relfile}} --json - {{args}}")
+    assert shlex.split(ex.command(kernel, "quick", []))[2:3] == [str(tmp_path / "ws")]
+    result = await ex.evaluate(kernel, extra_args=["--check-only"])
+    assert result.error is None and result.build.ok and result.task.startswith("op@")
+    assert (far / "shared" / "base.py").read_bytes() == (tmp_path / "ws" / "shared" / "base.py").read_bytes()
+
+
+async def test_the_local_harness_is_told_the_workspace(tmp_path: Path) -> None:
+    # The session evaluates a copy outside the workspace, so the harness is told which folder to hide:
+    # one holding the harness itself is the harness's bad input, which shows the flag went through.
+    kernel = write_spec_kernel(tmp_path / "ws")
+    ok = await LocalExecutor(workspace=tmp_path / "ws").evaluate(kernel, extra_args=["--check-only"])
+    assert ok.error is None and ok.build.ok
+    repo = Path(__file__).resolve().parents[1]
+    with pytest.raises(ExecutorError, match="inside"):
+        await LocalExecutor(workspace=repo).evaluate(kernel, extra_args=["--check-only"])

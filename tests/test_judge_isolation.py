@@ -22,9 +22,8 @@ from nvcc_support import needs_nvcc
 
 from harness import confine
 from harness.pool import WorkerPool
-from harness.runner import BadInput, EvalOptions, evaluate, preparation, resolve
-from harness.taskfile import judge_files
-from harness.worker_files import sha256_file
+from harness.runner import BadInput, EvalOptions, evaluate, judged, preparation, resolve
+from harness.taskfile import judge_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = "no CUDA GPU here (CPU build of torch)"
@@ -94,7 +93,7 @@ def test_a_worker_prepared_by_the_pool_imports_nothing_planted(planted, monkeypa
     opts = EvalOptions(selection="quick", workspace=ws)
     task, tf, scenarios = resolve(kernel, opts)
     prep = preparation(task, tf.options, None, None, scenarios, hide=[ws],
-                       judge_files={str(p): sha256_file(p) for p in judge_files(kernel)})
+                       judge=judged(judge_layout(kernel)))
     pool = WorkerPool()
     try:
         pool.prepare(prep, sys.executable)

@@ -14,7 +14,7 @@ import pytest
 from fake_worker import fake_python  # noqa: F401 (a fixture)
 from nvcc_support import needs_nvcc
 
-from harness.cli import PROGRESS_PREFIX
+from harness.progress import PROGRESS_PREFIX
 from harness.progress import HEARTBEAT_S, Progress
 from harness.result import EvalResult
 from harness.serve import serve

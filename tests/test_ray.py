@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from executor_support import ECHO_HARNESS, fake_python, write_kernel
+from executor_support import ECHO_HARNESS, fake_python, write_kernel, write_spec_kernel
 
 from kstui.executors.factory import make_executor
 from kstui.executors.protocol import ExecutorError
@@ -126,3 +126,32 @@ def test_scenario_order_is_the_harness_order(tmp_path: Path) -> None:
     _, _, listed = resolve(kernel, EvalOptions(selection="quick"))
     assert scenario_order(kernel, "quick", ["--seed", "3"]) == [s.id for s in listed] and len(listed) > 1
     assert scenario_order(write_kernel(tmp_path / "other"), "quick", []) is None  # unknown task: no order
+
+
+def test_a_node_lays_out_a_spec_task_with_its_judge_files(tmp_path: Path) -> None:
+    # The task body alone, as a node runs it: the real harness reads the reference and the baseline one
+    # folder up from the layout (a file not sent would be its bad input, "no such file").
+    from harness.result import EvalResult
+    from kstui.executors.bundle import read_bundle
+    from kstui.executors.ray import run_on_node
+
+    bundle = read_bundle(write_spec_kernel(tmp_path / "ws"))
+    assert sorted(bundle.files) == ["ops/op.cu", "ops/op.toml", "ops/op_ref.py", "shared/base.py"]
+    out = run_on_node(bundle.kernel, bundle.files, ["--check-only", "--json", "-"], sys.executable, 300)
+    assert out["rc"] == 0, out["stderr"]
+    result = EvalResult.from_json(out["stdout"].decode())
+    assert result.error is None and result.build.ok and result.task.startswith("op@")
+    with pytest.raises(ValueError, match="outside the work folder"):
+        run_on_node(bundle.kernel, {**bundle.files, "../escape.py": b""}, ["--check-only"], sys.executable, 60)
+
+
+@needs_ray
+async def test_a_spec_task_through_ray(ray_instance: None, tmp_path: Path) -> None:
+    kernel = write_spec_kernel(tmp_path / "ws")
+    ex = make_executor("ray", None, None)
+    try:
+        result = await ex.evaluate(kernel, extra_args=["--check-only"])
+    finally:
+        await ex.close()
+    assert result.error is None and result.build.ok and result.task.startswith("op@")
+    assert result.kernel_sha256 == hashlib.sha256(kernel.read_bytes()).hexdigest()

@@ -94,14 +94,15 @@ async def test_borderline_gain_is_rechecked_interleaved_and_accepted(tmp_path: P
     (start,), (accepted,) = log.of(StartingPoint), log.of(Accepted)
     assert start.geomean == pytest.approx(1.0, rel=0.01) and accepted.previous == start.geomean
     paths = [p for p, _ in fake.calls]
-    assert paths[1] == kernel and [p.name for p in paths] == ["k.cu"] * 6
-    # The start and the re-checks are evaluated from copies kept outside the workspace, each with the
-    # kernel's own name (part of the build).
-    assert [p.parent.name for p in paths[:1] + paths[2:]] == ["start", "candidate", "best", "candidate", "best"]
-    assert not any(p.is_relative_to(kernel.parent) for p in paths[:1] + paths[2:])
+    assert [p.name for p in paths] == ["k.cu"] * 6
+    # Every evaluation judges a copy kept outside the workspace, with the kernel's own name (part of the
+    # build) and its task file beside it.
+    assert [p.parent.name.split("-")[0] for p in paths] == ["start", "candidate", "candidate", "best", "candidate",
+                                                            "best"]
+    assert not any(p.is_relative_to(kernel.parent) for p in paths)
     committed = session.history.result_of(accepted.commit)
     assert committed is not None and committed.device["call_no"] == 5  # the last recheck's fresh measurement
-    assert not any(p.exists() for p in paths[:1] + paths[2:])  # snapshots removed
+    assert not any(p.parent.exists() for p in paths)  # snapshots removed
     assert [e.eval_no for e in log.of(EvaluationStarted)] == [1, 2, 3, 4, 5, 6]
 
 
@@ -202,7 +203,8 @@ async def test_spare_gpus_retime_the_best_beside_the_candidate(tmp_path: Path) -
     kernel.write_text(kernel_text(1.05))
     await session.evaluate_now()
     await _finish(session, task)
-    assert [(p.parent.name, p.name) for p, _ in fake.calls] == [("start", "k.cu"), ("ws", "k.cu"), ("best", "k.cu")]
+    assert [(p.parent.name.split("-")[0], p.name) for p, _ in fake.calls] == [("start", "k.cu"), ("candidate", "k.cu"),
+                                                                             ("best", "k.cu")]
     started = log.of(EvaluationStarted)
     assert "spare GPU" in started[2].where and started[2].ts - started[1].ts < 0.2  # concurrent, not queued
     (accepted,) = log.of(Accepted)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.taskfile import TaskFileError, judge_files, load_task_file
+from harness.taskfile import TaskFileError, judge_files, judge_layout, load_task_file
 from harness.tasks import get_task
 from harness.tasks.spec_task import SpecTask
 
@@ -145,6 +145,30 @@ def test_judge_files_of_a_builtin_task_is_the_task_file() -> None:
     assert judge_files(kernel) == [kernel.with_suffix(".toml").resolve()]
 
 
+def test_the_judge_layout_names_each_file_where_the_spec_names_it(kernel: Path, tmp_path: Path) -> None:
+    # A baseline one folder up and a reference reached through a link: the layout keeps the names the
+    # spec uses (so a copy of it resolves the same), each read from the real file.
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "other.py").write_text("def faster(x, idx, scale):\n    return x, x\n")
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    for name in ("my_op.cu", "my_op.toml"):
+        (kernel.parent / name).rename(ops / name)
+    (ops / "ref.py").symlink_to(tmp_path / "ref.py")
+    kernel = ops / "my_op.cu"
+    _edit(kernel, '"ref.py:fast"]', '"ref.py:fast", "../shared/other.py:faster"]')
+    layout = judge_layout(kernel)
+    assert layout.kernel == "ops/my_op.cu" and layout.task_dir == "ops"
+    assert layout.files == {"ops/my_op.toml": (ops / "my_op.toml").resolve(), "ops/ref.py": (tmp_path / "ref.py").resolve(),
+                            "shared/other.py": (tmp_path / "shared" / "other.py").resolve()}
+
+
+def test_the_judge_layout_of_a_builtin_task_is_the_kernel_and_its_task_file() -> None:
+    layout = judge_layout(ROOT / "workspace" / "rmsnorm.cu")
+    assert (layout.kernel, layout.task_dir) == ("rmsnorm.cu", ".")
+    assert layout.files == {"rmsnorm.toml": (ROOT / "workspace" / "rmsnorm.toml").resolve()}
+
+
 def test_judge_files_raises_on_a_bad_spec(kernel: Path) -> None:
     _edit(kernel, 'reference = "ref.py:my_op"', 'reference = "ref.py:gone"')
     with pytest.raises(TaskFileError, match="gone"):
@@ -157,6 +181,8 @@ ERRORS = [
     ('"ref.py:my_op"', '"ref.py:nope"', "reference: ref.py defines no top-level function 'nope' (it defines: fast, my_op)"),
     ('"ref.py:my_op"', '"missing.py:f"', "reference: {dir}/missing.py: no such file"),
     ('"ref.py:my_op"', '"ref.txt"', "reference: 'ref.txt': expected \"file.py:function\""),
+    ('"ref.py:my_op"', '"/abs/ref.py:my_op"',
+     "reference: '/abs/ref.py:my_op': give the file relative to the task file's folder, not as an absolute path"),
     ('"ref.py:my_op"', '"ref.py"', "reference: ref.py is not a KernelBench module: no class Model and no def get_inputs()"),
     ('"ref.py:my_op"', "3", "reference: should be a Python file and function"),
     ('"ref.py:my_op"', '"ref.py:my-op"', "reference: should be file.py:function with a Python function name"),

@@ -15,7 +15,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel
+from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel, write_spec_kernel
 from sshd_fixture import SshServer, free_port, sshd  # noqa: F401  (sshd is a fixture)
 
 from kstui.executors.factory import make_executor
@@ -286,3 +286,48 @@ async def test_close_ends_the_agent(sshd: SshServer, tmp_path: Path) -> None:
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert not Path(f"/proc/{pid}").exists()
+
+
+async def test_a_spec_task_travels_with_its_judge_files(sshd: SshServer, harness_python: str, tmp_path: Path) -> None:
+    # The host's harness reads the reference and the baseline one folder up: each was sent and laid out
+    # as the spec names it (a missing one is the harness's bad input, "no such file").
+    if not _real_harness_cli():
+        pytest.skip("needs the real harness CLI")
+    kernel = write_spec_kernel(tmp_path / "ws")
+    judge = [kernel, kernel.with_suffix(".toml"), kernel.with_name("op_ref.py"), tmp_path / "ws" / "shared" / "base.py"]
+    cache = tmp_path / "remote"
+    ex = sshd.executor(harness_python, cache)
+    try:
+        result = await ex.evaluate(kernel, extra_args=["--check-only"])
+    finally:
+        await ex.close()
+    assert result.error is None and result.build.ok and result.task.startswith("op@")
+    assert set(ex.sent) == {_sha(p) for p in judge}
+    (work,) = (cache / "work").iterdir()
+    laid = {p.relative_to(work).as_posix(): p.read_bytes() for p in work.rglob("*") if p.is_file()}
+    assert {n: laid[n] for n in ("ops/op.cu", "ops/op.toml", "ops/op_ref.py", "shared/base.py")} == {
+        n: (tmp_path / "ws" / n).read_bytes() for n in ("ops/op.cu", "ops/op.toml", "ops/op_ref.py", "shared/base.py")}
+
+
+async def test_the_host_agent_lays_out_nothing_outside_its_work_folder(
+    sshd: SshServer, harness_python: str, kernel: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "remote"
+    ex = sshd.executor(harness_python, cache)
+    try:
+        await ex.evaluate(kernel, extra_args=["--check-only"])  # the agent is up, the kernel's object sent
+        ksha = _sha(kernel)
+        for files, work, why in [({"../../escape.cu": ksha}, "ab" * 20, "outside the work folder"),
+                                 ({"/tmp/escape.cu": ksha}, "ab" * 20, "outside the work folder"),
+                                 ({"k.cu": ksha}, "../x", "not a digest")]:
+            request = {"kernel": next(iter(files)), "files": files, "work": work, "check_gpu": False, "devices": [],
+                       "args": ["--check-only"]}
+            done = await ex._request(request, "test")
+            assert done.returncode == 125 and why in done.stderr.decode(), done.stderr
+        done = await ex._request({"kernel": "other.cu", "files": {"k.cu": ksha}, "work": "ab" * 20, "check_gpu": False,
+                                  "devices": [], "args": []}, "test")
+        assert done.returncode == 125 and "not among the files sent" in done.stderr.decode()
+    finally:
+        await ex.close()
+    assert not (cache / "escape.cu").exists() and not Path("/tmp/escape.cu").exists()
+    assert not (cache / "work" / ("ab" * 20)).exists()

@@ -281,7 +281,10 @@ async def test_manual_mode_says_how_to_enable_the_agent_and_e_evaluates(tmp_path
         await until(pilot, lambda: bool(log.of(ev.StartingPoint)))  # the kernel as brought, evaluated at start
         await pilot.press("e")
         await until(pilot, lambda: len(log.of(ev.EvaluationFinished)) == 2)
-        assert len(executor.calls) == 2 and executor.calls[1][0] == session.kernel
+        # a copy of the kernel as saved, outside the workspace
+        evaluated = executor.calls[1][0] if len(executor.calls) == 2 else None
+        assert evaluated is not None and evaluated.name == session.kernel.name
+        assert not evaluated.is_relative_to(session.kernel.parent)
         await until(pilot, lambda: main.speedup.state.latest is not None)
 
 

@@ -137,10 +137,12 @@ class Spec:
     def scalars(self) -> list[ScalarArg]:
         return [a for a in self.args if isinstance(a, ScalarArg)]
 
+    def python_refs(self) -> list[PyRef]:
+        return [self.reference, *(b for b in self.baselines if isinstance(b, PyRef))]
+
     def python_files(self) -> list[Path]:
         """Every Python file the spec names: part of the judge, like the task file itself."""
-        refs = [self.reference, *(b for b in self.baselines if isinstance(b, PyRef))]
-        return list(dict.fromkeys(r.path for r in refs))
+        return list(dict.fromkeys(r.path for r in self.python_refs()))
 
     def dtype_of(self, arg: TensorArg, row: dict[str, Any]) -> str:
         return row[arg.dtype] if arg.dtype in self.dtype_vars else arg.dtype
@@ -270,6 +272,8 @@ def _pyref(text: Any, key: str, base: Path, kernelbench_ok: bool) -> tuple[PyRef
     file, sep, function = text.partition(":")
     if not file.endswith(".py"):
         raise SpecError(key, f"{text!r}: expected \"file.py:function\"")
+    if Path(file).is_absolute():  # the judge copies the file with the task file, wherever it judges
+        raise SpecError(key, f"{text!r}: give the file relative to the task file's folder, not as an absolute path")
     path = (base / file).resolve()
     try:
         if sep:

@@ -113,14 +113,17 @@ class Evaluator:
         self._stopped = False
         self._fingerprint: JudgeFingerprint | None = None
         self._snapshots = Snapshots(config.kernel)
+        self._told_task_change: list[str] = []  # the judge files last said to have changed
         self.last_evaluated: str | None = None  # the text the last evaluation judged
         self._last_error = ""
         self._best_noise_cache: tuple[str, float | None] | None = None
         self._best_text_cache: tuple[str, str] | None = None
 
     def start(self) -> None:
-        """Fingerprint the judge as it is now: a change later stops every evaluation."""
-        self._fingerprint = JudgeFingerprint(self.config.harness_dir)
+        """Fingerprint the judge as it is now: the harness (a change later stops every evaluation) and the
+        task's judge files (every evaluation judges them as recorded here and is refused while they differ)."""
+        self._fingerprint = JudgeFingerprint(self.config.harness_dir, self.config.kernel)
+        self._snapshots.judge = self._fingerprint.task
 
     def close(self) -> None:
         self._snapshots.close()
@@ -195,10 +198,14 @@ class Evaluator:
         # rejected version is never lost.
         diff = unified_diff(best_text or "", content, self.kernel.path.name)
         fresh_best: EvalResult | None = None
-        if best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios:
-            (eval_no, result), fresh_best = await self._beside_best(best_text, scenarios, diff)
-        else:
-            eval_no, result = await self._run(self.kernel.path, scenarios, diff=diff)
+        path = self._snapshots.write("candidate", content)
+        try:
+            if best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios:
+                (eval_no, result), fresh_best = await self._beside_best(path, best_text, scenarios, diff)
+            else:
+                eval_no, result = await self._run(path, scenarios, diff=diff)
+        finally:
+            self._snapshots.remove(path)
         if result is None:
             self._observed(False)
             return f"evaluation error: {self._last_error}"
@@ -296,14 +303,14 @@ class Evaluator:
                                       seconds=time.monotonic() - started))
         return eval_no, result
 
-    async def _beside_best(self, best_text: str, scenarios: str,
+    async def _beside_best(self, path: Path, best_text: str, scenarios: str,
                            diff: str) -> tuple[tuple[int, EvalResult | None], EvalResult | None]:
         """The candidate and the best at once, on spare GPUs: the margin then rests on fresh numbers of
         both, taken under the same conditions. A best that fails to re-time leaves the recorded figure."""
         best_path = self._snapshots.write("best", best_text)
         try:
             candidate, (_, best) = await asyncio.gather(
-                self._run(self.kernel.path, scenarios, diff=diff),
+                self._run(path, scenarios, diff=diff),
                 self._run(best_path, scenarios, label="best, re-timed on a spare GPU"))
         finally:
             self._snapshots.remove(best_path)
@@ -340,10 +347,23 @@ class Evaluator:
             return "evaluation stopped: the harness changed during this session"
         names = self._fingerprint.changed() if self._fingerprint is not None else []
         if not names:
-            return None
+            return self._task_changed()
         self.state.harness_ok = False
         message = (f"the harness changed during the session ({', '.join(names[:5])}): evaluation stopped; "
                    f"restore the harness and start a new session")
         self._emit(Error(message=message, where="harness"))
         self._wake()
         return "evaluation stopped: " + message
+
+    def _task_changed(self) -> str | None:
+        """A task file or reference changed since the start: refused (the session says so once per change)."""
+        names = self._fingerprint.task_changed() if self._fingerprint is not None else []
+        if not names:
+            self._told_task_change = []
+            return None
+        message = (f"the task's judge files changed during the session ({', '.join(names[:5])}): evaluation refused; "
+                   "restore them, or start a new session to judge against the new ones")
+        if names != self._told_task_change:
+            self._told_task_change = names
+            self._emit(Error(message=message, where="task"))
+        return "evaluation refused: " + message

@@ -1,8 +1,8 @@
 """The agent's tools, confined to the workspace.
 
 Every path resolves inside the workspace (`..`, absolute paths elsewhere and symlinks that lead out
-are refused); `.git`, kstui's state, the kernel's task file, the harness and any protected path are
-never written. bash runs in the workspace with a scrubbed environment, a timeout and a cap on what
+are refused); `.git`, kstui's state, the task's judge files (its task file, the reference and baselines a
+spec names), the harness and any protected path are never written. bash runs in the workspace with a scrubbed environment, a timeout and a cap on what
 it returns (output is read as it comes and only the head and tail are kept), inside bubblewrap
 where that works. A tool never raises for bad input: it returns ToolOutcome(is_error=True) with
 one line saying what is wrong.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kstui.engine.integrity import judge_paths
 from kstui.engine.sandbox import Sandbox
 
 _LIST_LIMIT = 1000
@@ -81,6 +82,7 @@ class Toolbox:
             self.workspace / ".kstui",
             self.workspace / "harness",
             self.kernel.with_suffix(".toml"),
+            *judge_paths(self.kernel),  # the task file and every Python file a spec names
             *(p if p.is_absolute() else self.workspace / p for p in protected),
         ]
         harness = _harness_dir()

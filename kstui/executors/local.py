@@ -40,8 +40,12 @@ class LocalExecutor:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         devices: Sequence[int] | None = None,
         warm: bool = False,
+        workspace: Path | None = None,
     ) -> None:
         self.python = python
+        # The agent's workspace, hidden from the harness's worker (`--workspace`): the kernel evaluated is
+        # a copy outside it, so the harness cannot take the kernel's folder for it.
+        self.workspace = workspace
         self.timeout_s = timeout_s
         self.devices = list(devices) if devices else None
         self._pool = pool_for(self.devices)
@@ -66,6 +70,8 @@ class LocalExecutor:
             waited = time.monotonic() - asked
             path = Path(kernel).resolve()
             args = harness_args(str(path), scenarios, extra_args, devices) + (["--progress"] if progress else [])
+            if self.workspace is not None:
+                args += ["--workspace", str(self.workspace)]
             if self._server is not None:
                 done = await self._server.request(args[1:], self.timeout_s, progress)
             else:

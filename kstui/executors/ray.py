@@ -1,8 +1,9 @@
 """`--gpu ray[://address]`: each evaluation (or each of --shards N parts) is a Ray task on one GPU.
 
 Ray is an optional extra (`pip install 'kstui[ray]'`) and is imported only when this executor starts.
-The kernel and its task file travel inside the task; each node keeps its own build and baseline
-caches (a node-local KSTUI_CACHE_DIR unless the node sets one), since timings belong to one GPU.
+The kernel and the task's judge files (task file, reference, baselines: kstui.executors.bundle) travel
+inside the task; each node keeps its own build and baseline caches (a node-local KSTUI_CACHE_DIR
+unless the node sets one), since timings belong to one GPU.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness.merge import merge_results
 from harness.result import EvalResult
+from kstui.executors.bundle import Bundle, read_bundle, safe_name
 from kstui.executors.process import Completed
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError, ProgressCallback
 from kstui.executors.results import harness_args, parse_result
@@ -25,9 +27,10 @@ INSTALL_HINT = "pip install 'kstui[ray]'"
 _SLACK_S = 120.0
 
 
-def run_on_node(name: str, kernel: bytes, task: bytes | None, args: list[str], python: str | None,
+def run_on_node(kernel: str, files: dict[str, bytes], args: list[str], python: str | None,
                 timeout_s: float) -> dict[str, Any]:
-    """The Ray task body: lay the files out on this node and run the harness CLI there."""
+    """The Ray task body: lay the bundle out on this node (kernel: its name among `files`) and run the
+    harness CLI there."""
     import os
     import signal
     import socket
@@ -36,22 +39,24 @@ def run_on_node(name: str, kernel: bytes, task: bytes | None, args: list[str], p
     import tempfile
 
     root = os.path.join(tempfile.gettempdir(), f"kstui-ray-{os.getuid()}")
-    ksha = hashlib.sha256(kernel).hexdigest()
-    tsha = hashlib.sha256(task).hexdigest() if task is not None else "none"
-    work = os.path.join(root, "work", f"{ksha[:20]}-{tsha[:20]}")
-    os.makedirs(work, exist_ok=True)
-    for data, fname in ((kernel, name), (task, os.path.splitext(name)[0] + ".toml")):
-        dst = os.path.join(work, fname)
-        if data is not None and not os.path.exists(dst):
+    bundle = Bundle(kernel, files)
+    work = os.path.join(root, "work", bundle.digest()[:40])
+    for name, data in files.items():
+        if not safe_name(name):
+            raise ValueError(f"refused to lay out {name!r}: outside the work folder")
+        dst = os.path.join(work, name)
+        if not os.path.exists(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
             tmp = f"{dst}.{os.getpid()}"
             with open(tmp, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, dst)
+    path = os.path.join(work, kernel)
     env = dict(os.environ)
     env.setdefault("KSTUI_CACHE_DIR", os.path.join(root, "cache"))
     started = time.time()
-    proc = subprocess.Popen([python or sys.executable, "-m", "harness", "eval", os.path.join(work, name), *args],
-                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([python or sys.executable, "-m", "harness", "eval", path, *args],
+                            cwd=os.path.dirname(path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -132,12 +137,7 @@ class RayExecutor:
         progress: ProgressCallback | None = None,  # unused: a Ray task reports no progress until it returns
     ) -> EvalResult:
         kernel = Path(kernel)
-        try:
-            source = kernel.read_bytes()
-            task_path = kernel.with_suffix(".toml")
-            task = task_path.read_bytes() if task_path.exists() else None
-        except OSError as exc:
-            raise ExecutorError(f"cannot read {kernel}: {exc.strerror or exc}") from None
+        bundle = read_bundle(kernel)
         ray = await self._connect()
         # A check-only evaluation builds and reads source: no GPU to wait for.
         gpus = 0 if "--check-only" in extra_args else 1
@@ -147,7 +147,8 @@ class RayExecutor:
         shard_args = [base] if self.shards == 1 else [[*base, "--shard", f"{k}/{self.shards}"] for k in range(1, self.shards + 1)]
         submitted = time.time()
         refs = [
-            self._remote.options(num_gpus=gpus, num_cpus=1).remote(kernel.name, source, task, args, self.python, self.timeout_s)
+            self._remote.options(num_gpus=gpus, num_cpus=1).remote(bundle.kernel, bundle.files, args, self.python,
+                                                                   self.timeout_s)
             for args in shard_args
         ]
         try:
@@ -176,7 +177,7 @@ class RayExecutor:
                 raise ExecutorError(f"Ray shards do not merge: {exc}") from None
             result.device["host"] = ",".join(dict.fromkeys(p.device["host"] for p in parts))
             result.device["queue_wait_s"] = max(p.device["queue_wait_s"] for p in parts)
-        if result.kernel_sha256 != hashlib.sha256(source).hexdigest():
+        if result.kernel_sha256 != hashlib.sha256(bundle.source).hexdigest():
             raise ExecutorError("Ray evaluated other content than the kernel sent")
         result.kernel = str(kernel)
         return result

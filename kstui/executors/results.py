@@ -7,12 +7,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from harness.progress import PROGRESS_PREFIX
 from harness.result import EvalResult, SchemaError
 from kstui.executors.process import Completed, last_line
 from kstui.executors.protocol import ExecutorError
-
-
-PROGRESS_PREFIX = "kstui-progress: "
 
 
 def progress_of(line: str) -> dict[str, Any] | None:

@@ -3,8 +3,9 @@
 The system `ssh` client does the talking, so ~/.ssh/config, agents and jump hosts work as the user
 expects. One master connection (ControlMaster) is opened per executor and every later command is
 multiplexed over it: no new handshake per evaluation. Evaluations go to one long-lived agent on the
-host (one ssh session), so they pay no login shell either. Files are sent content-addressed into a
-cache on the host and only when the host lacks them.
+host (one ssh session), so they pay no login shell either. The kernel and the task's judge files
+(kstui.executors.bundle) are sent content-addressed into a cache on the host, only when the host
+lacks them, and laid out there as the spec names them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 import kstui
 from harness.result import SCHEMA_VERSION, EvalResult
 from kstui.executors import ssh_scripts as scripts
+from kstui.executors.bundle import read_bundle
 from kstui.executors.devices import pool_for
 from kstui.executors.process import Completed, last_line, run_process
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError, ProgressCallback
@@ -270,11 +272,9 @@ class SshExecutor:
         progress: ProgressCallback | None = None,  # unused: the host agent protocol carries none
     ) -> EvalResult:
         kernel = Path(kernel)
-        source = _read(kernel)
-        task_file = kernel.with_suffix(".toml")
-        task = _read(task_file) if task_file.exists() else None
-        files = {sha256(source): source, **({sha256(task): task} if task is not None else {})}
-        ksha, tsha = sha256(source), sha256(task) if task is not None else ""
+        bundle = read_bundle(kernel)
+        files = {sha256(data): data for data in bundle.files.values()}
+        ksha = sha256(bundle.source)
 
         host = await self._connect()
         await self._ensure_sent(host, files)
@@ -283,7 +283,8 @@ class SshExecutor:
         async with self._pool.lease() as devices:
             waited = time.monotonic() - asked
             request = {
-                "name": kernel.name, "ksha": ksha, "tsha": tsha, "check_gpu": check_gpu, "devices": devices,
+                "kernel": bundle.kernel, "files": {name: sha256(data) for name, data in bundle.files.items()},
+                "work": bundle.digest()[:40], "check_gpu": check_gpu, "devices": devices,
                 "args": harness_args("", scenarios, extra_args, devices)[2:],
             }
             what = f"harness on {self.target}"
@@ -325,13 +326,6 @@ class SshExecutor:
             self._master_open = False
             self._control_dir = None
             shutil.rmtree(control, ignore_errors=True)
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ExecutorError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _short_tmp() -> str | None:

@@ -54,8 +54,9 @@ REFUSED_EXIT = 98  # no usable GPU: absent, not the one asked for, or busy
 # The agent: one long-lived process per executor on the host, reached over one multiplexed ssh
 # session, so an evaluation pays neither a login shell nor an interpreter start-up beyond the
 # harness's own. argv: python (for the harness), cache dir.
-# Protocol, one JSON object per line. In: {"id", "name", "ksha", "tsha", "check_gpu", "devices",
-# "args"} to evaluate, {"cancel": id} to kill one. Out: {"ready": true, "pid"} once, then
+# Protocol, one JSON object per line. In: {"id", "kernel", "files": {name: sha256}, "work", "check_gpu",
+# "devices", "args"} to evaluate (each file laid out under cache/work/<work>/ by its name; the kernel
+# is one of them), {"cancel": id} to kill one. Out: {"ready": true, "pid"} once, then
 # {"id", "rc", "stdout", "stderr"} per evaluation. When stdin reaches EOF (our side went away) every
 # harness still running is killed and the agent exits.
 AGENT_PY = r"""
@@ -76,15 +77,20 @@ def reply(msg):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
 
-def lay_out(name, ksha, tsha):
-    missing = [h for h in (ksha, tsha) if h and not os.path.exists(os.path.join(objects, h))]
+def lay_out(files, work):
+    missing = [h for h in files.values() if not os.path.exists(os.path.join(objects, h))]
     if missing:
         raise Refused(97, "missing " + " ".join(missing))
-    work = os.path.join(cache, "work", ksha[:20] + "-" + (tsha[:20] or "none"))
-    os.makedirs(work, exist_ok=True)
-    for sha, fname in ((ksha, name), (tsha, os.path.splitext(name)[0] + ".toml")):
-        dst = os.path.join(work, fname)
-        if sha and not os.path.exists(dst):
+    if not work or any(c not in "0123456789abcdef" for c in work):
+        raise Refused(125, "refused to lay out in %r: not a digest" % work)
+    work = os.path.join(cache, "work", work)
+    for name, sha in files.items():
+        parts = name.split("/")
+        if not name or name.startswith("/") or ".." in parts or "\\" in name:
+            raise Refused(125, "refused to lay out %r: outside the work folder" % name)
+        dst = os.path.join(work, *parts)
+        if not os.path.exists(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
             tmp = "%s.%d.%d" % (dst, os.getpid(), threading.get_ident())
             shutil.copyfile(os.path.join(objects, sha), tmp)
             os.replace(tmp, dst)
@@ -131,11 +137,14 @@ def kill(rid):
 def evaluate(req):
     rid = req["id"]
     try:
-        work = lay_out(req["name"], req["ksha"], req["tsha"])
+        if req["kernel"] not in req["files"]:
+            raise Refused(125, "the kernel %r is not among the files sent" % req["kernel"])
+        work = lay_out(req["files"], req["work"])
+        kernel = os.path.join(work, *req["kernel"].split("/"))
         if req["check_gpu"]:
             check_gpus(req["devices"])
-        p = subprocess.Popen([py, "-m", "harness", "eval", os.path.join(work, req["name"]), *req["args"]],
-                             cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        p = subprocess.Popen([py, "-m", "harness", "eval", kernel, *req["args"]],
+                             cwd=os.path.dirname(kernel), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, start_new_session=True)
         with lock:
             running[rid] = p

@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.result import EvalResult
+from harness.taskfile import judge_layout
 from kstui.executors.devices import pool_for
 from kstui.executors.process import run_process
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ExecutorError, ProgressCallback
 from kstui.executors.results import parse_result
 
-_PLACEHOLDER = re.compile(r"\{(file|dir|name|stem|scenarios|args)\}")
+_PLACEHOLDER = re.compile(r"\{(file|dir|name|stem|root|relfile|scenarios|args)\}")
 
 
 class TemplateExecutor:
@@ -22,8 +23,12 @@ class TemplateExecutor:
 
     Placeholders, each replaced by one shell-quoted word (so they belong outside quotes): {file} the
     kernel's absolute path, {dir} its directory, {name} its file name, {stem} its name without suffix,
-    {scenarios} the scenario selection, {args} the extra harness arguments (several words). A template
-    without {scenarios} gets `--scenarios S` appended; one without {args} gets the arguments appended.
+    {root} the folder holding the kernel and every judge file (task file, reference, baselines) as the
+    spec names them, {relfile} the kernel's path under {root}, {scenarios} the scenario selection,
+    {args} the extra harness arguments (several words). A template without {scenarios} gets
+    `--scenarios S` appended; one without {args} gets the arguments appended. A session's kernel is a
+    private copy beside the judge files it recorded at start: a template that copies the files elsewhere
+    copies {root} (or {dir}, where the spec names nothing outside it).
     """
 
     def __init__(
@@ -33,8 +38,8 @@ class TemplateExecutor:
         devices: Sequence[int] | None = None,
         parallelism: int = 1,
     ) -> None:
-        if not re.search(r"\{(file|name)\}", template):
-            raise ExecutorError("--eval-cmd needs a {file} (or {name}) placeholder where the kernel goes")
+        if not re.search(r"\{(file|name|relfile)\}", template):
+            raise ExecutorError("--eval-cmd needs a {file} (or {name}, {relfile}) placeholder where the kernel goes")
         try:
             shlex.split(_PLACEHOLDER.sub("x", template))
         except ValueError as exc:
@@ -54,12 +59,15 @@ class TemplateExecutor:
     def command(self, kernel: Path, scenarios: str, extra_args: Sequence[str], devices: Sequence[int] = ()) -> str:
         """The shell command for one evaluation."""
         kernel = Path(kernel).resolve()
+        layout = judge_layout(kernel, lenient=True)
         args = list(extra_args) + (["--devices", ",".join(map(str, devices))] if devices else [])
         values = {
             "file": shlex.quote(str(kernel)),
             "dir": shlex.quote(str(kernel.parent)),
             "name": shlex.quote(kernel.name),
             "stem": shlex.quote(kernel.stem),
+            "root": shlex.quote(str(layout.root)),
+            "relfile": shlex.quote(layout.kernel),
             "scenarios": shlex.quote(scenarios),
             "args": " ".join(shlex.quote(a) for a in args),
         }
