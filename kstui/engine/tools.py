@@ -2,9 +2,11 @@
 
 Every path resolves inside the workspace (`..`, absolute paths elsewhere and symlinks that lead out
 are refused); `.git`, kstui's state, the kernel's task file, the harness and any protected path are
-never written. bash runs in the workspace with a scrubbed environment, a timeout and a cap on what
+never written; files are opened without following a link in their last component. bash runs in the
+workspace with the secret policy's environment (kstui.engine.secrets), a timeout and a cap on what
 it returns (output is read as it comes and only the head and tail are kept), inside bubblewrap
-where that works. A tool never raises for bad input: it returns ToolOutcome(is_error=True) with
+(kstui.engine.sandbox); where bubblewrap cannot run, bash is off unless the user turned on the
+unconfined shell knowingly. A tool never raises for bad input: it returns ToolOutcome(is_error=True) with
 one line saying what is wrong.
 """
 
@@ -13,15 +15,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import re
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kstui.engine.sandbox import Sandbox
+from kstui.engine.secrets import shell_environment
 
 _LIST_LIMIT = 1000
 _SKIP_DIRS = {".git", ".kstui", "__pycache__"}
@@ -29,7 +31,6 @@ _READ_CHUNK = 1 << 16
 _REAP_GRACE_S = 1.0  # after the command exits: how long background jobs may hold its output open
 _POLL_S = 0.1
 _REAP_POLL_S = 0.005
-_SECRET_PARTS = re.compile(r"SECRET|PASSWORD|PASSWD|CREDENTIAL|APIKEY|(^|_)(KEY|TOKEN)(_|$)", re.IGNORECASE)
 
 
 @dataclass
@@ -40,11 +41,6 @@ class ToolOutcome:
 
 class ToolError(Exception):
     """A refused or failed tool call; the message is the one line the agent gets back."""
-
-
-def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment without API keys, tokens, secrets or passwords."""
-    return {k: v for k, v in env.items() if not (_SECRET_PARTS.search(k) or k.upper().startswith("ANTHROPIC_"))}
 
 
 def _harness_dir() -> Path | None:
@@ -66,6 +62,8 @@ class Toolbox:
         bash_timeout_s: float = 120,
         output_cap: int = 30_000,
         sandbox: Sandbox | None = None,
+        unconfined_shell: bool = False,
+        shell_off: str = "",
     ) -> None:
         self.workspace = workspace.resolve()
         self.kernel = (kernel if kernel.is_absolute() else self.workspace / kernel).resolve()
@@ -74,6 +72,9 @@ class Toolbox:
         self.bash_timeout_s = bash_timeout_s
         self.output_cap = output_cap
         self.sandbox = sandbox
+        # bash runs confined, or unconfined only when the user asked for it; otherwise it is off (and why)
+        self.shell_on = sandbox is not None or unconfined_shell
+        self.shell_off = shell_off or "bash is off: bubblewrap cannot confine it here"
         candidates = [
             self.workspace / ".git",
             self.workspace / ".kstui",
@@ -124,14 +125,14 @@ class Toolbox:
                 {"path": _STR},
                 [],
             ),
-            _tool(
+            *[_tool(
                 "bash",
                 f"Run a bash command with the workspace as its working directory. It is killed after "
                 f"timeout_s seconds (default and maximum {self.bash_timeout_s:g}); its combined output is "
                 f"returned, the middle elided beyond {self.output_cap:,} characters.",
                 {"command": _STR, "timeout_s": {"type": "number"}},
                 ["command"],
-            ),
+            )][: 1 if self.shell_on else 0],
             _tool(
                 "evaluate",
                 f"Evaluate the kernel file {rel} with the harness: build, checks, correctness on every "
@@ -246,7 +247,7 @@ class Toolbox:
                 f"old_string occurs {count} times in {args['path']}; include more surrounding text so it is unique"
             )
         at = text.index(old)
-        path.write_text(text[:at] + new + text[at + len(old) :], encoding="utf-8")
+        _write_text(path, text[:at] + new + text[at + len(old) :])
         line = text.count("\n", 0, at) + 1
         return ToolOutcome(f"edited {self._rel(path)} at line {line}")
 
@@ -256,7 +257,7 @@ class Toolbox:
         if path.is_dir():
             raise ToolError(f"{args['path']} is a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
+        _write_text(path, content)
         return ToolOutcome(f"wrote {self._rel(path)} ({len(content.encode()):,} bytes)")
 
     async def _list_files(self, args: dict[str, Any]) -> ToolOutcome:
@@ -280,6 +281,8 @@ class Toolbox:
     # ---- bash ----
 
     async def _bash(self, args: dict[str, Any]) -> ToolOutcome:
+        if not self.shell_on:
+            raise ToolError(self.shell_off)
         command = _req_str(args, "command")
         if not command.strip():
             raise ToolError("command is empty")
@@ -289,18 +292,20 @@ class Toolbox:
         timeout = min(float(timeout), self.bash_timeout_s)
         if self._confirm_shell is not None and not await self._confirm_shell(command):
             return ToolOutcome("the human declined to run this command", True)
+        env = shell_environment()
         argv = ["bash", "-c", command]
         if self.sandbox is not None:
-            argv = self.sandbox.wrap(argv, workspace=self.workspace, read_only=self.protected)
-        return await self._run_bounded(argv, timeout)
+            argv = self.sandbox.wrap(command, workspace=self.workspace, read_only=self.protected)
+            env.update(HOME="/tmp", TMPDIR="/tmp")  # the home directory is not there
+        return await self._run_bounded(argv, timeout, env)
 
-    async def _run_bounded(self, argv: list[str], timeout: float) -> ToolOutcome:
+    async def _run_bounded(self, argv: list[str], timeout: float, env: dict[str, str]) -> ToolOutcome:
         capture = _Capture(self.output_cap)
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=self.workspace,
-            env=scrubbed_environment(os.environ),
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -390,6 +395,13 @@ async def _reaped(proc: asyncio.subprocess.Process) -> None:
         if proc.returncode is not None:
             return
         await asyncio.sleep(_REAP_POLL_S)
+
+
+def _write_text(path: Path, content: str) -> None:
+    """Write a file the path check allowed, never through a link put in its place since."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(content)
 
 
 def _kill_group(pid: int) -> None:

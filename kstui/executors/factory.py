@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kstui.executors.devices import parse_devices
 from kstui.executors.local import LocalExecutor
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, Executor, ExecutorError
@@ -16,9 +18,11 @@ def make_executor(
     shards: int = 1,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     warm: bool = False,
+    workspace: Path | None = None,
 ) -> Executor:
     """The executor the flags ask for: --gpu (local | ssh://… | ray[://…]), --eval-cmd, --devices, --shards;
-    warm prepares the local executor's workers ahead (the others start theirs on request)."""
+    warm prepares the local executor's workers ahead (the others start theirs on request); the local
+    executor hides `workspace` from its workers."""
     device_list = parse_devices(devices)
     if shards < 1:
         raise ExecutorError(f"--shards must be at least 1 (got {shards})")
@@ -30,7 +34,7 @@ def make_executor(
     if eval_cmd:
         return TemplateExecutor(eval_cmd, timeout_s=timeout_s, devices=device_list)
     if gpu is None or gpu == "local":
-        return LocalExecutor(timeout_s=timeout_s, devices=device_list, warm=warm)
+        return LocalExecutor(timeout_s=timeout_s, devices=device_list, warm=warm, workspace=workspace)
     if gpu.startswith("ssh://"):
         from kstui.executors.ssh import SshExecutor
 
