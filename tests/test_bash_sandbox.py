@@ -173,6 +173,8 @@ def test_the_same_escapes_fail_as_an_unprivileged_user(tmp_path: Path) -> None:
     try:
         done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", script], capture_output=True,
                               text=True, timeout=120, cwd="/")
+        if "failed to execute" in done.stderr:  # this Python lives where only root may read (a root pyenv)
+            pytest.skip(done.stderr.strip().splitlines()[-1])
         if "bubblewrap" in done.stderr and "namespace" in done.stderr:
             pytest.skip(done.stderr.strip().splitlines()[-1])
         assert done.returncode == 0, done.stderr

@@ -8,6 +8,7 @@ told about (as a diff), so it never works on a file it has not seen.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 
@@ -23,10 +24,14 @@ class KernelFile:
         self.tool_writing = False  # one of the agent's kernel-writing tools is running
 
     def read(self) -> str:
+        """The file's text; never through a link put in its place (kstui would read, judge and commit
+        whatever it points to, ~/.ssh included): a link reads as empty."""
         try:
-            return self.path.read_text(encoding="utf-8", errors="surrogateescape")
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
-            return ""  # mid-save (an editor's rename) or deleted: treated as empty until it is back
+            return ""  # mid-save (an editor's rename), deleted, or a link: treated as empty until it is back
+        with os.fdopen(fd, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
 
     def take_as_known(self) -> str:
         """What is on disk now is what the agent has seen (its own tool wrote it, or it was told)."""
