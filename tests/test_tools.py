@@ -284,8 +284,9 @@ async def test_confirm_shell_asks_before_each_command(workspace):
     async def accept(command: str) -> bool:
         return True
 
-    assert not (await run(make_box(workspace, confirm_shell=accept, unconfined_shell=True), "bash",
-                          command="touch ran.txt")).is_error
+    assert not (
+        await run(make_box(workspace, confirm_shell=accept, unconfined_shell=True), "bash", command="touch ran.txt")
+    ).is_error
     assert (workspace / "ran.txt").exists()
 
 

@@ -33,15 +33,41 @@ from harness import confine
 from harness.worker_launch import python_roots
 
 _PROBE_TIMEOUT_S = 20
-FLAGS = ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-         "--unshare-cgroup-try", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session")
+FLAGS = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--disable-userns",
+    "--cap-drop",
+    "ALL",
+    "--die-with-parent",
+    "--new-session",
+)
 NPROC = 1024  # tasks (threads included) of the sandbox's user: a fork bomb stops there
 FSIZE_BLOCKS = 8 << 20  # ulimit -f counts 1 KiB blocks: no file over 8 GiB
 # Private writable memory per process (RLIMIT_DATA: CUDA's address-space reservations are not counted).
 DATA_KB = max(1 << 20, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 2 // 1024)
 # Folders of credentials under the home directory, hidden should the workspace hold them.
-CREDENTIALS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config", ".netrc", ".git-credentials",
-               ".pypirc", ".npmrc", ".anthropic", ".local/share/keyrings", ".password-store", ".bash_history")
+CREDENTIALS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".config",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".anthropic",
+    ".local/share/keyrings",
+    ".password-store",
+    ".bash_history",
+)
 # Never bound as a toolchain, whatever PATH says: runtime sockets and scratch space shared with the host.
 _NEVER = ("/run", "/var/run", "/tmp", "/var/tmp", "/dev", "/proc", "/sys")
 INSTALL = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
@@ -55,8 +81,7 @@ class Sandbox:
 
     def wrap(self, command: str, *, workspace: Path, read_only: Sequence[Path] = ()) -> list[str]:
         """`bash -c command` run confined, with only `workspace` writable (minus `read_only`)."""
-        mounts = confine.Mounts(ro=tuple(toolchains(workspace)), rw=(workspace,),
-                                hide=tuple(_credentials(workspace)))
+        mounts = confine.Mounts(ro=tuple(toolchains(workspace)), rw=(workspace,), hide=tuple(_credentials(workspace)))
         cmd = [self.bwrap, *FLAGS, *confine.mount_args(mounts)]
         cmd += ["--size", str(confine.TMP_BYTES), "--tmpfs", "/dev/shm"]
         ws = Path(os.path.realpath(workspace))
@@ -90,12 +115,20 @@ def toolchains(workspace: Path) -> list[Path]:
     searched = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
     for name in ("PATH", "LD_LIBRARY_PATH"):
         searched += os.environ.get(name, "").split(os.pathsep)
-    found += [Path(os.path.realpath(p)) for p in searched if os.path.isabs(p) and not _within(Path(os.path.realpath(p)), home)]
+    found += [
+        Path(os.path.realpath(p)) for p in searched if os.path.isabs(p) and not _within(Path(os.path.realpath(p)), home)
+    ]
     out: list[Path] = []
     for path in found:
         real = Path(os.path.realpath(path))
-        if (not real.is_dir() or real == Path("/") or _within(ws, real) or _within(home, real)
-                or any(_within(real, Path(n)) for n in _NEVER) or _within(real, ws)):
+        if (
+            not real.is_dir()
+            or real == Path("/")
+            or _within(ws, real)
+            or _within(home, real)
+            or any(_within(real, Path(n)) for n in _NEVER)
+            or _within(real, ws)
+        ):
             continue
         out.append(real)
     return list(dict.fromkeys(out))
@@ -113,9 +146,14 @@ def detect(bwrap: str | None = None) -> Sandbox | None:
 def probe(bwrap: str) -> str | None:
     """Run a trivial sandbox with bash's flags; None when it works, else why not (one line). Once per binary."""
     try:
-        done = subprocess.run([bwrap, *FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
-                              check=False, capture_output=True, timeout=_PROBE_TIMEOUT_S, text=True,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [bwrap, *FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+            check=False,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT_S,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if done.returncode != 0:
@@ -125,13 +163,16 @@ def probe(bwrap: str) -> str | None:
 
 
 def notice(sandbox: Sandbox | None, bwrap: str | None = None, *, unconfined: bool = False) -> str:
-    """"bubblewrap" when bash is confined, else one line: bash is off (or, turned on knowingly, unconfined)
-    and why, and how to install bubblewrap."""
+    """What bash runs in: "bubblewrap" when confined, else one line saying bash is off (or, turned on
+    knowingly, unconfined), why, and how to install bubblewrap."""
     if sandbox is not None:
         return "bubblewrap"
     found = bwrap or shutil.which("bwrap")
-    why = "bubblewrap (bwrap) is not installed" if found is None else \
-        f"bubblewrap cannot run here ({probe(found) or 'it failed its probe'})"
+    why = (
+        "bubblewrap (bwrap) is not installed"
+        if found is None
+        else f"bubblewrap cannot run here ({probe(found) or 'it failed its probe'})"
+    )
     if unconfined:
         return f"{why}: the agent's bash runs UNCONFINED, as you, because --unconfined-shell is on"
     return f"{why}: the agent's bash tool is off ({INSTALL}, or pass --unconfined-shell to run it unconfined)"

@@ -97,7 +97,7 @@ class Scrubber:
         turn, tail = self._tails.get(event.type, (event.turn, ""))
         if turn != event.turn:
             tail = ""
-        self._tails[event.type] = (event.turn, (tail + event.text)[-max(256, self.longest + 8):])
+        self._tails[event.type] = (event.turn, (tail + event.text)[-max(256, self.longest + 8) :])
         text = self.seam(tail, event.text)
         return event if text == event.text else replace(event, text=text)
 

@@ -125,14 +125,16 @@ class Toolbox:
                 {"path": _STR},
                 [],
             ),
-            *[_tool(
-                "bash",
-                f"Run a bash command with the workspace as its working directory. It is killed after "
-                f"timeout_s seconds (default and maximum {self.bash_timeout_s:g}); its combined output is "
-                f"returned, the middle elided beyond {self.output_cap:,} characters.",
-                {"command": _STR, "timeout_s": {"type": "number"}},
-                ["command"],
-            )][: 1 if self.shell_on else 0],
+            *[
+                _tool(
+                    "bash",
+                    f"Run a bash command with the workspace as its working directory. It is killed after "
+                    f"timeout_s seconds (default and maximum {self.bash_timeout_s:g}); its combined output is "
+                    f"returned, the middle elided beyond {self.output_cap:,} characters.",
+                    {"command": _STR, "timeout_s": {"type": "number"}},
+                    ["command"],
+                )
+            ][: 1 if self.shell_on else 0],
             _tool(
                 "evaluate",
                 f"Evaluate the kernel file {rel} with the harness: build, checks, correctness on every "

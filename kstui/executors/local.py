@@ -27,7 +27,6 @@ from kstui.executors.process import run_process
 from kstui.executors.protocol import DEFAULT_TIMEOUT_S, ProgressCallback
 from kstui.executors.results import annotate, harness_args, parse_result, progress_of
 
-
 HARNESS_DIR = Path(harness.result.__file__).resolve().parent
 # `python -I -c BOOT DIR ARGS…` runs DIR's harness as `python -m harness ARGS…` would, whatever sys.path holds.
 BOOT = """\
