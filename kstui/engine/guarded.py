@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.taskfile import TaskFileError, judge_files
 from kstui.engine.bank import bank_paths
-from kstui.engine.config import CONFIG_NAME, SessionConfig, user_config_path
+from kstui.engine.config import CONFIG_NAME, ConfigError, SessionConfig, read_config_file, user_config_path
 from kstui.engine.events import SessionStarted
 from kstui.engine.trace import TraceError, latest_session, read_trace, trace_path
 
@@ -44,10 +44,23 @@ def _sha256(path: Path) -> str:
         return "absent"
 
 
+def _file_settings(config: SessionConfig) -> dict[str, object]:
+    """What the kstui.toml files set (flags and the environment are the human's, never compared)."""
+    merged: dict[str, object] = {}
+    for path in (user_config_path(os.environ), config.workspace / CONFIG_NAME):
+        try:
+            merged.update(read_config_file(path) if path.is_file() else {})
+        except ConfigError:
+            merged[f"{path.name} (unreadable)"] = True
+    return merged
+
+
 def capture(config: SessionConfig, git_dir: Path | None) -> dict[str, str]:
-    """{file: sha256 or "absent", "setting:<name>": value, "git repository": path} as things are now."""
+    """{file: sha256 or "absent", "setting:<name>": value as the kstui.toml files set it, "git repository":
+    path} as things are now."""
     out = {str(p): _sha256(p) for p in guarded_files(config)}
-    out.update({f"setting:{name}": repr(getattr(config, name)) for name in SETTINGS})
+    settings = _file_settings(config)
+    out.update({f"setting:{name}": repr(settings.get(name)) for name in SETTINGS})
     if git_dir is not None:
         out[REPOSITORY] = str(git_dir)
     return out

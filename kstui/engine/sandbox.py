@@ -11,7 +11,9 @@ still does not show its credential folders.
 
 The process gets its own user (every capability dropped, also as root; no nested user namespaces),
 pid, network, ipc, uts and cgroup namespaces, a new session (no terminal injection) and dies with
-kstui; a prelude inside lowers its limits for good: tasks, memory per process, file size, no core.
+kstui; a prelude inside lowers its limits for good: tasks, memory per process, file size, no core;
+where kstui may make one (as root), a cgroup of its own bounds the command's tasks and memory whole
+(kstui.engine.cgroup), which also holds where the kernel exempts root from the task limit.
 
 `detect()` probes once; where bubblewrap is missing or cannot make namespaces it returns None and
 `notice()` says so in one line, with how to install it: bash is then off unless the user turns on
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from harness import confine
 from harness.worker_launch import python_roots
+from kstui.engine.cgroup import CommandGroup
 
 _PROBE_TIMEOUT_S = 20
 FLAGS = (
@@ -48,8 +51,10 @@ FLAGS = (
 )
 NPROC = 1024  # tasks (threads included) of the sandbox's user: a fork bomb stops there
 FSIZE_BLOCKS = 8 << 20  # ulimit -f counts 1 KiB blocks: no file over 8 GiB
-# Private writable memory per process (RLIMIT_DATA: CUDA's address-space reservations are not counted).
-DATA_KB = max(1 << 20, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 2 // 1024)
+# Half the machine's memory: for each process (RLIMIT_DATA, private writable memory, so CUDA's
+# address-space reservations are not counted) and for the command whole, where it has a cgroup.
+MEMORY_BYTES = max(1 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+DATA_KB = MEMORY_BYTES // 1024
 # Folders of credentials under the home directory, hidden should the workspace hold them.
 CREDENTIALS = (
     ".ssh",
@@ -79,8 +84,10 @@ _PRELUDE = f'ulimit -HS -u {NPROC} -f {FSIZE_BLOCKS} -d {DATA_KB} -c 0 && exec b
 class Sandbox:
     bwrap: str  # path of the bwrap executable
 
-    def wrap(self, command: str, *, workspace: Path, read_only: Sequence[Path] = ()) -> list[str]:
-        """`bash -c command` run confined, with only `workspace` writable (minus `read_only`)."""
+    def wrap(
+        self, command: str, *, workspace: Path, read_only: Sequence[Path] = (), group: CommandGroup | None = None
+    ) -> list[str]:
+        """`bash -c command` run confined, with only `workspace` writable (minus `read_only`), in `group`."""
         mounts = confine.Mounts(ro=tuple(toolchains(workspace)), rw=(workspace,), hide=tuple(_credentials(workspace)))
         cmd = [self.bwrap, *FLAGS, *confine.mount_args(mounts)]
         cmd += ["--size", str(confine.TMP_BYTES), "--tmpfs", "/dev/shm"]
@@ -89,7 +96,10 @@ class Sandbox:
             real = os.path.realpath(path)  # what lies outside the workspace is absent or read-only already
             if os.path.exists(real) and _within(Path(real), ws):
                 cmd += ["--ro-bind", real, real]
-        return [*cmd, "--chdir", str(workspace), "--", "bash", "-c", _PRELUDE, "kstui-bash", command]
+        cmd += ["--chdir", str(workspace), "--", "bash", "-c", _PRELUDE, "kstui-bash", command]
+        if group is None:
+            return cmd
+        return ["sh", "-c", f'{group.join_command()} && exec "$@"', "kstui-cgroup", *cmd]
 
 
 def _within(path: Path, root: Path) -> bool:

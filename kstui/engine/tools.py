@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kstui.engine.sandbox import Sandbox
+from kstui.engine import cgroup
+from kstui.engine.sandbox import MEMORY_BYTES, NPROC, Sandbox
 from kstui.engine.secrets import shell_environment
 
 _LIST_LIMIT = 1000
@@ -295,11 +296,16 @@ class Toolbox:
         if self._confirm_shell is not None and not await self._confirm_shell(command):
             return ToolOutcome("the human declined to run this command", True)
         env = shell_environment()
-        argv = ["bash", "-c", command]
-        if self.sandbox is not None:
-            argv = self.sandbox.wrap(command, workspace=self.workspace, read_only=self.protected)
-            env.update(HOME="/tmp", TMPDIR="/tmp")  # the home directory is not there
-        return await self._run_bounded(argv, timeout, env)
+        if self.sandbox is None:
+            return await self._run_bounded(["bash", "-c", command], timeout, env)
+        env.update(HOME="/tmp", TMPDIR="/tmp")  # the home directory is not there
+        group = cgroup.make(NPROC, MEMORY_BYTES)
+        try:
+            argv = self.sandbox.wrap(command, workspace=self.workspace, read_only=self.protected, group=group)
+            return await self._run_bounded(argv, timeout, env)
+        finally:
+            if group is not None:
+                group.remove()
 
     async def _run_bounded(self, argv: list[str], timeout: float, env: dict[str, str]) -> ToolOutcome:
         capture = _Capture(self.output_cap)
