@@ -9,9 +9,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fakes import FakeExecutor, make_workspace
 
 from kstui.engine import sandbox as sandbox_mod
+from kstui.engine.config import SessionConfig
 from kstui.engine.secrets import shell_environment
+from kstui.engine.session import Session
 from kstui.engine.tools import Toolbox, ToolOutcome
 
 KERNEL = "__global__ void k() {}\n"
@@ -348,3 +351,18 @@ async def test_without_bubblewrap_bash_is_off_unless_turned_on_knowingly(workspa
     on = make_box(workspace, unconfined_shell=True)
     assert "bash" in [d["name"] for d in on.definitions()]
     assert not (await run(on, "bash", command="touch ran.txt")).is_error and (workspace / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("unconfined", [False, True])
+def test_a_session_without_bubblewrap_turns_bash_off_and_says_how_to_install_it(tmp_path, monkeypatch, unconfined):
+    monkeypatch.setenv("KSTUI_BWRAP", str(tmp_path / "no-bwrap"))
+    kernel = make_workspace(tmp_path / "ws")
+    config = SessionConfig(kernel=kernel, workspace=kernel.parent, no_agent=True, unconfined_shell=unconfined)
+    session = Session(config, executor=FakeExecutor(), agent=None)
+    offered = [d["name"] for d in session.toolbox.definitions()]
+    line = session._sandbox_notice
+    assert "\n" not in line and "bubblewrap cannot run here" in line
+    if unconfined:
+        assert "bash" in offered and "UNCONFINED" in line
+    else:
+        assert "bash" not in offered and "apt install bubblewrap" in line and "--unconfined-shell" in line

@@ -15,7 +15,7 @@ kstui; a prelude inside lowers its limits for good: tasks, memory per process, f
 where kstui may make one (as root), a cgroup of its own bounds the command's tasks and memory whole
 (kstui.engine.cgroup), which also holds where the kernel exempts root from the task limit.
 
-`detect()` probes once; where bubblewrap is missing or cannot make namespaces it returns None and
+`detect()` probes once ($KSTUI_BWRAP, else bwrap on PATH, as for the worker); where bubblewrap is missing or cannot make namespaces it returns None and
 `notice()` says so in one line, with how to install it: bash is then off unless the user turns on
 the unconfined shell knowingly.
 """
@@ -146,7 +146,7 @@ def toolchains(workspace: Path) -> list[Path]:
 
 def detect(bwrap: str | None = None) -> Sandbox | None:
     """A working bubblewrap, or None (not installed, or namespaces are not allowed here)."""
-    found = bwrap or shutil.which("bwrap")
+    found = bwrap or os.environ.get("KSTUI_BWRAP") or shutil.which("bwrap")
     if found is None:
         return None
     return Sandbox(found) if probe(found) is None else None
@@ -177,7 +177,7 @@ def notice(sandbox: Sandbox | None, bwrap: str | None = None, *, unconfined: boo
     knowingly, unconfined), why, and how to install bubblewrap."""
     if sandbox is not None:
         return "bubblewrap"
-    found = bwrap or shutil.which("bwrap")
+    found = bwrap or os.environ.get("KSTUI_BWRAP") or shutil.which("bwrap")
     why = (
         "bubblewrap (bwrap) is not installed"
         if found is None
