@@ -109,6 +109,8 @@ def check_kernel(path_text: str) -> Path:
 
 def _check_workspace(workspace: Path) -> None:
     state = workspace / ".kstui"
+    if state.is_symlink():  # kstui would write its sessions wherever the link points
+        raise BadInput(f"{state} is a symbolic link; kstui keeps its sessions only in a real folder there")
     try:
         state.mkdir(exist_ok=True)
         probe = state / f".write-test-{os.getpid()}"

@@ -6,9 +6,10 @@ also survives a power cut) costs milliseconds per call, far too much for tens of
 so it runs only on the events one would hate to lose (an accepted commit, a rewind, the end) and at
 close(). A torn last line is ignored by the reader and cut off by the next writer that appends.
 
-Secrets never reach the file: a Scrubber (kstui.engine.secrets) replaces environment secrets and Anthropic-shaped keys in
-every string of every event before it is serialised, and streamed text is also checked across chunk
-boundaries, so a key the model prints in pieces is redacted too.
+Secrets never reach the file: a Scrubber (kstui.engine.secrets) replaces environment secrets and
+Anthropic-shaped keys in every string of every event before it is serialised, and streamed text is
+also checked across chunk boundaries, so a key the model prints in pieces is redacted too. The file
+is opened without following a link.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _cut_torn_tail(self.path)
         # unbuffered O_APPEND: each line goes to the kernel in one call, nothing waits in a buffer
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         self._scrubber = Scrubber.from_environ(extra=extra_secrets)
         self._fsync = fsync
 
