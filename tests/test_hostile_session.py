@@ -162,8 +162,10 @@ async def test_a_hostile_session_reaches_nothing_and_runs_nothing_it_planted(hos
     with pytest.raises(BadInput, match="repository .* refused"):
         _check_guarded(config, History(kernel).git_dir, headless=True, accept=False)
     shutil.rmtree(ws / ".git")
-    with pytest.raises(BadInput, match=r"kstui.toml appeared.*--accept-changes"):
+    with pytest.raises(BadInput, match=r"eval_cmd: None -> .*kstui.toml appeared.*--accept-changes") as refused:
         _check_guarded(config, History(kernel).git_dir, headless=True, accept=False)
+    assert "\n" not in str(refused.value)
+    _check_guarded(config, History(kernel).git_dir, headless=True, accept=True)  # the human read them
     assert log.of(SessionStarted)[0].guarded
 
 
