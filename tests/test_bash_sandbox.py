@@ -51,12 +51,13 @@ async def bash(box: Toolbox, command: str) -> str:
     return (await box.run("bash", {"command": command, "timeout_s": 30})).text
 
 
-# A fork bomb that counts its children: bash itself exits at its first failed fork.
-_FORKS = (
-    f"{sys.executable} -c 'import os, time\nn = 0\ntry:\n    while n < {sandbox_mod.NPROC + 100}:\n"
-    "        if os.fork() == 0:\n            time.sleep(20)\n            os._exit(0)\n        n += 1\n"
-    'except OSError:\n    pass\nprint("started", n)\''
-)
+def _forks(python: str) -> str:
+    """A fork bomb that counts its children (bash itself exits at its first failed fork)."""
+    return (
+        f"{python} -c 'import os, time\nn = 0\ntry:\n    while n < {sandbox_mod.NPROC + 100}:\n"
+        "        if os.fork() == 0:\n            time.sleep(20)\n            os._exit(0)\n        n += 1\n"
+        'except OSError:\n    pass\nprint("started", n)\''
+    )
 
 
 def _no_cgroup() -> bool:
@@ -174,7 +175,7 @@ async def test_processes_and_file_size_are_bounded(ws: Path) -> None:
     box = _box(ws)
     out = await bash(
         box,
-        _FORKS,
+        _forks(sys.executable),
     )
     started = int(out.split("started")[1].split()[0])
     # The kernel exempts the host's root from RLIMIT_NPROC: as root only a cgroup bounds the count.
@@ -192,24 +193,33 @@ def test_the_same_escapes_fail_as_an_unprivileged_user(tmp_path: Path) -> None:
     root = Path(f"/tmp/kstui-unpriv-{uuid.uuid4().hex[:8]}")  # reachable by that user, unlike pytest's tmp
     ws = _workspace(root)
     subprocess.run(["chown", "-R", user, str(root)], check=True)
+    # This Python, or the system's with kstui from source where this one is root's alone (a root pyenv).
+    python = sys.executable
+    if subprocess.run(["runuser", "-u", user, "--", python, "-c", ""], capture_output=True).returncode != 0:
+        python = "/usr/bin/python3"
     command = (
-        "echo x > .git/config; echo y > kstui.toml; mount -o remount,rw .git; unshare -r true && echo NESTED; " + _FORKS
+        "echo x > .git/config; echo y > kstui.toml; mount -o remount,rw .git; unshare -r true && echo NESTED; "
+        + _forks(python)
     )
-    script = (
-        f"import asyncio, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from pathlib import Path\nfrom test_bash_sandbox import _box, bash\n"
-        f"print(asyncio.run(bash(_box(Path({str(ws)!r})), {command!r})))\n"
+    script = (  # the tool as _box makes it, without pytest (which that Python may not have)
+        f"import asyncio, sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n"
+        "from pathlib import Path\nfrom kstui.engine.sandbox import detect\nfrom kstui.engine.tools import Toolbox\n"
+        "async def evaluate(scenarios): return ''\n"
+        f"ws = Path({str(ws)!r})\n"
+        "box = Toolbox(ws, Path('k.cu'), evaluate=evaluate, sandbox=detect(), "
+        "protected=[ws / '.git', ws / '.kstui', ws / 'kstui.toml'])\n"
+        f"print(asyncio.run(box.run('bash', {{'command': {command!r}, 'timeout_s': 30}})).text)\n"
     )
     try:
         done = subprocess.run(
-            ["runuser", "-u", user, "--", sys.executable, "-c", script],
+            ["runuser", "-u", user, "--", python, "-c", script],
             capture_output=True,
             text=True,
             timeout=120,
             cwd="/",
         )
-        if "failed to execute" in done.stderr:  # this Python lives where only root may read (a root pyenv)
-            pytest.skip(done.stderr.strip().splitlines()[-1])
+        if "failed to execute" in done.stderr or "ModuleNotFoundError" in done.stderr:
+            pytest.skip(f"no Python the user {user} can run kstui with: {done.stderr.strip().splitlines()[-1]}")
         if "bubblewrap" in done.stderr and "namespace" in done.stderr:
             pytest.skip(done.stderr.strip().splitlines()[-1])
         assert done.returncode == 0, done.stderr

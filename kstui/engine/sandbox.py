@@ -132,7 +132,7 @@ def toolchains(workspace: Path) -> list[Path]:
     for path in found:
         real = Path(os.path.realpath(path))
         if (
-            not real.is_dir()
+            not os.path.isdir(real)
             or real == Path("/")
             or _within(ws, real)
             or _within(home, real)
