@@ -294,3 +294,21 @@ def test_no_textual_or_torch_import() -> None:
     code = "import sys, kstui.executors.factory; print(any(m.split('.')[0] in ('torch', 'textual', 'ray') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+async def test_local_harness_gets_no_secret_and_is_told_the_workspace(kernel: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-local-0123456789abcdef")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_0123456789abcdef")
+    main = ECHO_HARNESS.replace(
+        '"visible": os.environ.get("CUDA_VISIBLE_DEVICES")',
+        '"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "secrets": sorted(k for k in os.environ '
+        'if "KEY" in k or "TOKEN" in k), "isolated": sys.flags.isolated',
+    )
+    py = fake_python(tmp_path / "env", main)
+    ex = LocalExecutor(python=str(py), harness_dir=fake_harness(py), workspace=kernel.parent)
+    try:
+        result = await ex.evaluate(kernel)
+    finally:
+        await ex.close()
+    assert result.device["secrets"] == [] and result.device["isolated"] == 1
+    assert result.device["argv"][-2:] == ["--workspace", str(kernel.parent)]
