@@ -194,3 +194,26 @@ async def test_the_judge_imports_nothing_the_agent_planted(hostile, warm) -> Non
     assert len(finished) == 2 and all(e.result is not None and e.result.build.ok for e in finished), finished
     assert log.of(StartingPoint)
     assert sorted(p.name for p in markers.iterdir()) == []
+
+
+@pytest.mark.parametrize("replace", ["mkfifo k.cu", "truncate -s 17M k.cu"], ids=["fifo", "huge"])
+async def test_a_kernel_that_is_a_fifo_or_huge_is_refused_without_hanging(hostile, replace) -> None:
+    kernel = hostile["ws"] / "k.cu"
+    kernel.write_text(kernel_text(1.0))
+    kernel.with_suffix(".toml").write_text('task = "attention"\n')
+
+    def script(body: dict[str, Any], index: int):
+        return [
+            reply(tool_use("bash", {"command": f"rm k.cu; {replace}"}), tool_use("evaluate", {})),
+            reply(text("done")),
+        ][index]
+
+    executor = FakeExecutor()
+    with MessagesServer(script) as server:
+        session = Session.build(_config(kernel, server, max_turns=2), executor)
+        log = EventLog()
+        session.subscribe(log)
+        await asyncio.wait_for(session.run(), 60)
+    reasons = [e.reason for e in log.of(Rejected)]
+    assert any("regular file" in r or "larger than 16 MiB" in r for r in reasons), reasons
+    assert [p for p, _ in executor.calls if p == kernel] == []  # only the start (a copy) was judged

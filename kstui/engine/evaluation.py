@@ -226,14 +226,12 @@ class Evaluator:
         return self._accept(eval_no, content, result, verdict)
 
     def _refused(self, content: str) -> str | None:
-        """A kernel never sent to be judged: a link in the kernel file's place (what it points to is not
-        the agent's to submit), or text carrying a secret's value (never judged, shown or committed)."""
-        if self.kernel.path.is_symlink():
-            reason = "the kernel file was replaced by a symbolic link: kstui judges only a regular file"
-        else:
-            reason = kernel_secret(content, [self.config.api_key or ""])
-            if reason is None:
-                return None
+        """A kernel never sent to be judged: a link, FIFO or device in the kernel file's place (what it
+        points to is not the agent's to submit; a FIFO would hang the judge), a file too big, or text
+        carrying a secret's value (never judged, shown or committed)."""
+        reason = self.kernel.problem() or kernel_secret(content, [self.config.api_key or ""])
+        if reason is None:
+            return None
         eval_no = self.state.evals + 1
         self._emit(EvaluationStarted(eval_no=eval_no, kernel_sha256=hashlib.sha256(content.encode("utf-8",
                    "surrogateescape")).hexdigest(), scenarios=self.config.scenarios, where="kstui (refused)"))
