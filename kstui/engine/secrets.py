@@ -27,6 +27,9 @@ _PARTIAL_KEY = re.compile(r"(?:sk-an?|sk-ant|sk-ant-[A-Za-z0-9_\-]{0,3})$")  # a
 # Below this length a secret is only redacted where a whole string equals it: replacing every
 # occurrence of a 4-character value inside tool output would mangle the trace for nothing.
 _MIN_SUBSTRING_SECRET = secret_env.MIN_SECRET_LEN
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The same characters as json.dumps writes them (a few false alarms only cost the structural scrub).
+_JSON_CONTROL = re.compile(r"\\u00[0189][0-9a-fA-F]|\\[bfr]|\x7f")
 
 
 def shell_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -41,10 +44,14 @@ def kernel_secret(text: str, extra: Iterable[str] = ()) -> str | None:
 
 
 class Scrubber:
-    """Replaces secrets in strings; built once, applied to every event."""
+    """Replaces secrets in strings; built once, applied to every event. With `inert`, also control
+    characters but newline and tab, as \\xNN: the model's and the tools' text never drives the
+    user's terminal (escape sequences set the clipboard or the title, or hide what follows), in the
+    TUI (Rich passes ESC through) or headless."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str], *, inert: bool = False) -> None:
         values = {v for v in secrets if v}
+        self.inert = inert
         # the last raw text of each streamed kind (type -> (turn, tail)), for secrets split across chunks
         self._tails: dict[str, tuple[int, str]] = {}
         # longest first, so a secret that contains another is replaced whole
@@ -57,23 +64,28 @@ class Scrubber:
         self._needles += [_json_str(v) for v in self.short_secrets] + ["sk-ant-"]
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Scrubber:
+    def from_environ(
+        cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = (), *, inert: bool = False
+    ) -> Scrubber:
         """The secrets of harness.secret_env's policy in an environment (os.environ when None), plus `extra`."""
         env = os.environ if environ is None else environ
         values = [v for k, v in env.items() if secret_env.is_secret_name(k) or secret_env.is_secret_value(v)]
-        return cls(values + list(extra))
+        return cls(values + list(extra), inert=inert)
 
     def event(self, event: Event) -> Event:
         """The event with every secret in it redacted (the same object when it holds none)."""
         line = _dumps({"type": event.type, **vars(event)})
-        if not any(needle in line for needle in self._needles):
+        if not any(needle in line for needle in self._needles) and not (self.inert and _JSON_CONTROL.search(line)):
             return event
         return event_from_dict(self.value({"type": event.type, **vars(event)}))
 
     def text(self, value: str) -> str:
         if value in self.short_secrets:
             return REDACTED
-        return self._text_re.sub(REDACTED, value)
+        return self._inert(self._text_re.sub(REDACTED, value))
+
+    def _inert(self, text: str) -> str:
+        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if self.inert else text
 
     def seam(self, before: str, text: str) -> str:
         """Scrub a streamed chunk against the chunk before it, so no secret survives a chunk boundary.
@@ -98,7 +110,7 @@ class Scrubber:
         if turn != event.turn:
             tail = ""
         self._tails[event.type] = (event.turn, (tail + event.text)[-max(256, self.longest + 8) :])
-        text = self.seam(tail, event.text)
+        text = self._inert(self.seam(tail, event.text))
         return event if text == event.text else replace(event, text=text)
 
     def _open_secret(self, s: str) -> int | None:

@@ -82,7 +82,7 @@ class Session:
         self.questions = QuestionQueue()
         self.usage = UsageLedger()
         self.file = KernelFile(config.kernel)
-        self._bus = EventBus(self.state.fold, Scrubber.from_environ(extra=[config.api_key or ""]))
+        self._bus = EventBus(self.state.fold, Scrubber.from_environ(extra=[config.api_key or ""], inert=True))
         self.evaluator = Evaluator(config, executor, self.history, self.file, self.state, self._bus.emit,
                                    observed=self._observe_eval, last_question=lambda: self._last_question,
                                    wake=self._wake_up)

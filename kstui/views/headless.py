@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import sys
 from collections.abc import Iterable
@@ -43,7 +42,6 @@ from kstui.engine.result_view import one_line
 if TYPE_CHECKING:
     from kstui.engine.session import Session
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 PROGRESS_LINE_S = 10.0  # a running evaluation prints where it is at least this often (and at every change of phase)
 
 _INPUT_PREVIEW = 80
@@ -202,9 +200,7 @@ class HeadlessPrinter:
                         f"cache {event.cache_read_tokens} read / {event.cache_write_tokens} written)")
 
     def _print(self, line: str) -> None:
-        # The model's and the tools' text never drives the terminal (escape sequences can set the
-        # clipboard, the title, or hide what follows): control characters are printed as \xNN.
-        self.out.write(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", line) + "\n")
+        self.out.write(line + "\n")
         self.out.flush()
 
     def print_events(self, events: Iterable[Event]) -> None:
