@@ -58,6 +58,7 @@ def _plant(markers: Path) -> str:
     lines = [f"mkdir -p harness; printf %s {json.dumps(body)} > {name}" for name, body in files.items()]
     lines += [
         "echo 'eval_cmd = \"touch /tmp/kstui-hostile-eval\"' > kstui.toml",
+        "echo '# my questions' > questions.toml",
         "git init -q . && mkdir -p .git/hooks",
         *(
             f"printf %s {json.dumps(hook)} > .git/hooks/{h} && chmod +x .git/hooks/{h}"
@@ -162,7 +163,9 @@ async def test_a_hostile_session_reaches_nothing_and_runs_nothing_it_planted(hos
     with pytest.raises(BadInput, match="repository .* refused"):
         _check_guarded(config, History(kernel).git_dir, headless=True, accept=False)
     shutil.rmtree(ws / ".git")
-    with pytest.raises(BadInput, match=r"eval_cmd: None -> .*kstui.toml appeared.*--accept-changes") as refused:
+    with pytest.raises(
+        BadInput, match=r"eval_cmd: None -> .*kstui.toml appeared.*questions.toml appeared.*--accept-changes"
+    ) as refused:
         _check_guarded(config, History(kernel).git_dir, headless=True, accept=False)
     assert "\n" not in str(refused.value)
     _check_guarded(config, History(kernel).git_dir, headless=True, accept=True)  # the human read them

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.taskfile import TaskFileError, judge_files
-from kstui.engine.bank import bank_paths
+from kstui.engine.bank import WORKSPACE_BANK, bank_paths
 from kstui.engine.config import CONFIG_NAME, ConfigError, SessionConfig, read_config_file, user_config_path
 from kstui.engine.events import SessionStarted
 from kstui.engine.trace import TraceError, latest_session, read_trace, trace_path
@@ -33,7 +33,8 @@ def guarded_files(config: SessionConfig) -> list[Path]:
         files += judge_files(config.kernel)
     except (TaskFileError, OSError):
         pass  # an unreadable task file is the evaluation's bad input; its own hash still stands
-    files += bank_paths(config.workspace, config.questions)
+    # The workspace's bank even where there is none yet: one that appears is a change too.
+    files += [*bank_paths(config.workspace, config.questions), config.workspace / WORKSPACE_BANK]
     return list(dict.fromkeys(Path(os.path.abspath(f)) for f in files))
 
 
