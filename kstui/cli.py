@@ -19,7 +19,7 @@ import asyncio
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -161,7 +161,8 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         history = History(config.kernel, config.branch)
     except HistoryError as exc:
         raise BadInput(str(exc)) from None
-    _check_guarded(config, history.git_dir, headless=headless, accept=args.accept_changes)
+    _check_guarded(config, history.git_dir, ask=None if headless or not sys.stdin.isatty() else input,
+                   accept=args.accept_changes)
     try:
         executor = make_executor(config.gpu, config.eval_cmd, config.devices, shards=config.shards,
                                  warm=config.warm_workers, workspace=config.workspace)
@@ -170,9 +171,10 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
     return Session.build(config, executor, history=history, bank=bank)
 
 
-def _check_guarded(config: Any, git_dir: Path, *, headless: bool, accept: bool) -> None:
+def _check_guarded(config: Any, git_dir: Path, *, ask: Callable[[str], str] | None, accept: bool) -> None:
     """What the agent could have changed since the last session started (kstui.engine.guarded) is obeyed
-    only when the human says so: asked on a terminal, refused headless (BadInput) unless accepted."""
+    only when the human says so: asked (`ask`: on the TUI's terminal), else refused (BadInput) unless
+    accepted with --accept-changes."""
     from kstui.engine.guarded import REPOSITORY, capture, changes, recorded
 
     before = recorded(config.workspace, config.kernel)
@@ -184,12 +186,12 @@ def _check_guarded(config: Any, git_dir: Path, *, headless: bool, accept: bool) 
                        "as when the last session started (one made in the workspace?): refused")
     if accept:
         return
-    if headless or not sys.stdin.isatty():
+    if ask is None:
         raise BadInput(f"changed since the last session started: {'; '.join(lines)}: check them, then run again "
                        "with --accept-changes")
     sys.stderr.write("Changed since the last session of this kernel started (the agent could have done it):\n")
     sys.stderr.write("".join(f"  {line}\n" for line in lines))
-    if input("Obey these changes? [y/N] ").strip().lower() not in ("y", "yes"):
+    if ask("Obey these changes? [y/N] ").strip().lower() not in ("y", "yes"):
         raise BadInput("not started: the changes were not accepted")
 
 

@@ -161,14 +161,19 @@ async def test_a_hostile_session_reaches_nothing_and_runs_nothing_it_planted(hos
     kernel.unlink()  # the link the agent left (kstui.cli refuses a kernel that resolves to no .cu file)
     kernel.write_text(kernel_text(1.0))
     with pytest.raises(BadInput, match="repository .* refused"):
-        _check_guarded(config, History(kernel).git_dir, headless=True, accept=False)
+        _check_guarded(config, History(kernel).git_dir, ask=None, accept=False)
     shutil.rmtree(ws / ".git")
     with pytest.raises(
         BadInput, match=r"eval_cmd: None -> .*kstui.toml appeared.*questions.toml appeared.*--accept-changes"
     ) as refused:
-        _check_guarded(config, History(kernel).git_dir, headless=True, accept=False)
+        _check_guarded(config, History(kernel).git_dir, ask=None, accept=False)
     assert "\n" not in str(refused.value)
-    _check_guarded(config, History(kernel).git_dir, headless=True, accept=True)  # the human read them
+    asked: list[str] = []
+    with pytest.raises(BadInput, match="not started: the changes were not accepted"):
+        _check_guarded(config, History(kernel).git_dir, ask=lambda q: asked.append(q) or "n", accept=False)
+    _check_guarded(config, History(kernel).git_dir, ask=lambda q: asked.append(q) or "y", accept=False)
+    assert asked == ["Obey these changes? [y/N] "] * 2
+    _check_guarded(config, History(kernel).git_dir, ask=None, accept=True)  # the human read them
     assert log.of(SessionStarted)[0].guarded
 
 
