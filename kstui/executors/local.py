@@ -71,13 +71,14 @@ class LocalExecutor:
         self.python = python
         self.workspace = workspace
         self.harness_dir = harness_dir
-        self._cwd = Path(tempfile.mkdtemp(prefix="kstui-harness-"))  # no planted module is beside it
+        self._cwd: Path | None = None  # the server's working directory, outside the workspace
         self.timeout_s = timeout_s
         self.devices = list(devices) if devices else None
         self._pool = pool_for(self.devices)
         self._host = socket.gethostname()
         self._server: HarnessServer | None = None
         if warm:
+            self._cwd = Path(tempfile.mkdtemp(prefix="kstui-harness-"))
             self._server = HarnessServer(harness_command(python, harness_dir, "serve"), _harness_env(), self._cwd)
 
     @property
@@ -105,13 +106,19 @@ class LocalExecutor:
                     if report is not None and progress is not None:
                         progress(report)
 
-                done = await run_process(
-                    harness_command(self.python, self.harness_dir, *args), timeout_s=self.timeout_s,
-                    what="local harness", env=_harness_env(), cwd=self._cwd, on_stderr_line=on_line if progress else None,
-                )
+                with tempfile.TemporaryDirectory(prefix="kstui-harness-") as cwd:  # outside the workspace
+                    done = await run_process(
+                        harness_command(self.python, self.harness_dir, *args),
+                        timeout_s=self.timeout_s,
+                        what="local harness",
+                        env=_harness_env(),
+                        cwd=Path(cwd),
+                        on_stderr_line=on_line if progress else None,
+                    )
         return annotate(parse_result(done, "local harness"), host=self._host, queue_wait_s=waited)
 
     async def close(self) -> None:
         if self._server is not None:
             await self._server.close()
-        shutil.rmtree(self._cwd, ignore_errors=True)
+        if self._cwd is not None:
+            shutil.rmtree(self._cwd, ignore_errors=True)
