@@ -139,7 +139,7 @@ class Session:
             "model": config.model, "max_tokens": config.max_tokens,
             "thinking_budget": config.thinking_budget, "base_url": config.base_url,
         }.items() if v is not None})
-        prompt = system_prompt(self.display_path, str(config.workspace))
+        prompt = system_prompt(self.display_path, str(config.workspace), shell=self.toolbox.shell_on)
         self.agent = agent_module.Agent(agent_config, prompt, self.toolbox.definitions(), api_key=config.api_key or "")
         self._agent_pending = False
 
