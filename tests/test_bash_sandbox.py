@@ -187,15 +187,15 @@ async def test_processes_and_file_size_are_bounded(ws: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root to switch user")
 def test_the_same_escapes_fail_as_an_unprivileged_user(tmp_path: Path) -> None:
     user = "kstui-sandbox-test"
-    if subprocess.run(["id", user], capture_output=True).returncode != 0:
-        if subprocess.run(["useradd", "--no-create-home", user], capture_output=True).returncode != 0:
-            pytest.skip("cannot add a user here")
+    known = subprocess.run(["id", user], capture_output=True, check=False).returncode == 0
+    if not known and subprocess.run(["useradd", "--no-create-home", user], capture_output=True, check=False).returncode:
+        pytest.skip("cannot add a user here")
     root = Path(f"/tmp/kstui-unpriv-{uuid.uuid4().hex[:8]}")  # reachable by that user, unlike pytest's tmp
     ws = _workspace(root)
     subprocess.run(["chown", "-R", user, str(root)], check=True)
     # This Python, or the system's with kstui from source where this one is root's alone (a root pyenv).
     python = sys.executable
-    if subprocess.run(["runuser", "-u", user, "--", python, "-c", ""], capture_output=True).returncode != 0:
+    if subprocess.run(["runuser", "-u", user, "--", python, "-c", ""], capture_output=True, check=False).returncode:
         python = "/usr/bin/python3"
     command = (
         "echo x > .git/config; echo y > kstui.toml; mount -o remount,rw .git; unshare -r true && echo NESTED; "
@@ -217,6 +217,7 @@ def test_the_same_escapes_fail_as_an_unprivileged_user(tmp_path: Path) -> None:
             text=True,
             timeout=120,
             cwd="/",
+            check=False,
         )
         if "failed to execute" in done.stderr or "ModuleNotFoundError" in done.stderr:
             pytest.skip(f"no Python the user {user} can run kstui with: {done.stderr.strip().splitlines()[-1]}")

@@ -12,7 +12,6 @@ import os
 import stat
 from pathlib import Path
 
-
 MAX_BYTES = 16 << 20  # a kernel's source is kilobytes; more is an attack on kstui's memory
 
 
