@@ -2,9 +2,10 @@
 that holds for root too (the kernel exempts the host's root from RLIMIT_NPROC, and rlimits bound each
 process, not their sum).
 
-cgroup v2 (a directory under the unified hierarchy's root, with the pids and memory controllers) or
-v1 (one directory in each of the pids and memory hierarchies). Without write access (an unprivileged
-user, a read-only /sys/fs/cgroup) there is none and the sandbox's rlimits are the only bound.
+The group is made inside kstui's own cgroup (so whatever bounds kstui bounds it too): cgroup v2,
+where kstui's cgroup delegates the pids and memory controllers to its children, or v1 (one directory
+in each of the pids and memory hierarchies). Without write access (an unprivileged user, a read-only
+/sys/fs/cgroup) or those controllers there is none, and the sandbox's rlimits are the only bound.
 """
 
 from __future__ import annotations
@@ -44,25 +45,41 @@ def make(tasks: int, memory_bytes: int) -> CommandGroup | None:
     if os.geteuid() != 0:
         return None
     name = f"kstui-bash-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    unified = _unified_root()
-    if unified is not None:
-        return _made([(unified / name, {"pids.max": tasks, "memory.max": memory_bytes})])
-    v1 = [
-        (ROOT / "pids" / name, {"pids.max": tasks}),
-        (ROOT / "memory" / name, {"memory.limit_in_bytes": memory_bytes}),
-    ]
-    if all(p.parent.is_dir() for p, _ in v1):
-        return _made(v1)
+    own = _own_cgroups()
+    if "" in own:  # cgroup v2
+        parent = ROOT / own[""].lstrip("/")
+        try:
+            delegated = set((parent / "cgroup.subtree_control").read_text().split())
+        except OSError:
+            return None
+        if not {"pids", "memory"} <= delegated:
+            return None
+        return _made([(parent / name, {"pids.max": tasks, "memory.max": memory_bytes})])
+    if "pids" in own and "memory" in own:
+        return _made(
+            [
+                (ROOT / "pids" / own["pids"].lstrip("/") / name, {"pids.max": tasks}),
+                (ROOT / "memory" / own["memory"].lstrip("/") / name, {"memory.limit_in_bytes": memory_bytes}),
+            ]
+        )
     return None
 
 
-def _unified_root() -> Path | None:
-    """The cgroup v2 root when it is mounted at /sys/fs/cgroup and delegates pids and memory."""
+def _own_cgroups() -> dict[str, str]:
+    """{controller: kstui's cgroup path} from /proc/self/cgroup; "" is the v2 hierarchy (only where
+    there is no v1 hierarchy for pids, as a hybrid system keeps its limits in v1)."""
+    found: dict[str, str] = {}
     try:
-        controllers = (ROOT / "cgroup.subtree_control").read_text().split()
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return None
-    return ROOT if {"pids", "memory"} <= set(controllers) else None
+        return found
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            found[controller] = path
+    if "pids" in found:
+        found.pop("", None)
+    return found
 
 
 def _made(plan: list[tuple[Path, dict[str, int]]]) -> CommandGroup | None:
