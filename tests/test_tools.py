@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import tracemalloc
 import uuid
@@ -366,3 +367,9 @@ def test_a_session_without_bubblewrap_turns_bash_off_and_says_how_to_install_it(
         assert "bash" in offered and "UNCONFINED" in line
     else:
         assert "bash" not in offered and "apt install bubblewrap" in line and "--unconfined-shell" in line
+
+
+async def test_write_file_never_blocks_on_a_fifo_or_writes_through_a_device(workspace):
+    os.mkfifo(workspace / "pipe.cu")
+    out = await asyncio.wait_for(run(make_box(workspace), "write_file", path="pipe.cu", content="x"), 5)
+    assert out.is_error and "\n" not in out.text, out.text

@@ -16,6 +16,7 @@ import asyncio
 import importlib.util
 import os
 import signal
+import stat
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ class Toolbox:
     def definitions(self) -> list[dict[str, Any]]:
         """The tools as Messages API definitions."""
         rel = self._rel(self.kernel)
-        return [
+        tools = [
             _tool(
                 "read_file",
                 "Read a text file in the workspace. Optionally only lines start_line..end_line (1-based, inclusive).",
@@ -126,16 +127,14 @@ class Toolbox:
                 {"path": _STR},
                 [],
             ),
-            *[
-                _tool(
-                    "bash",
-                    f"Run a bash command with the workspace as its working directory. It is killed after "
-                    f"timeout_s seconds (default and maximum {self.bash_timeout_s:g}); its combined output is "
-                    f"returned, the middle elided beyond {self.output_cap:,} characters.",
-                    {"command": _STR, "timeout_s": {"type": "number"}},
-                    ["command"],
-                )
-            ][: 1 if self.shell_on else 0],
+            _tool(
+                "bash",
+                f"Run a bash command with the workspace as its working directory. It is killed after "
+                f"timeout_s seconds (default and maximum {self.bash_timeout_s:g}); its combined output is "
+                f"returned, the middle elided beyond {self.output_cap:,} characters.",
+                {"command": _STR, "timeout_s": {"type": "number"}},
+                ["command"],
+            ),
             _tool(
                 "evaluate",
                 f"Evaluate the kernel file {rel} with the harness: build, checks, correctness on every "
@@ -145,6 +144,7 @@ class Toolbox:
                 [],
             ),
         ]
+        return [t for t in tools if self.shell_on or t["name"] != "bash"]
 
     async def run(self, name: str, input: dict[str, Any]) -> ToolOutcome:
         handler = self._handlers.get(name)
@@ -406,9 +406,13 @@ async def _reaped(proc: asyncio.subprocess.Process) -> None:
 
 
 def _write_text(path: Path, content: str) -> None:
-    """Write a file the path check allowed, never through a link put in its place since."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    """Write a file the path check allowed, never through a link put in its place since, never into a
+    FIFO or device (a FIFO would block kstui until someone reads it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"{path.name} is not a regular file")
+        f.truncate(0)
         f.write(content)
 
 
