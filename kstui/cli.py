@@ -19,7 +19,7 @@ import asyncio
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -61,6 +61,10 @@ def _run_parser(prog: str) -> _Parser:
                    help="local GPUs: start each evaluation's worker when it is asked for, not beforehand")
     p.add_argument("--scenarios", metavar="SET", help="scenario set for evaluations: full, quick or IDs")
     p.add_argument("--confirm-shell", action="store_true", default=None, help="ask before each bash command")
+    p.add_argument("--unconfined-shell", action="store_true", default=None,
+                   help="where bubblewrap cannot run, give the agent bash anyway, unconfined, as you")
+    p.add_argument("--accept-changes", action="store_true",
+                   help="obey kstui.toml, the task file and the question bank as changed since the last session")
     return p
 
 
@@ -105,6 +109,8 @@ def check_kernel(path_text: str) -> Path:
 
 def _check_workspace(workspace: Path) -> None:
     state = workspace / ".kstui"
+    if state.is_symlink():  # kstui would write its sessions wherever the link points
+        raise BadInput(f"{state} is a symbolic link; kstui keeps its sessions only in a real folder there")
     try:
         state.mkdir(exist_ok=True)
         probe = state / f".write-test-{os.getpid()}"
@@ -128,6 +134,7 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         "warm_workers": False if args.cold_workers else None,
         "scenarios": args.scenarios,
         "confirm_shell": args.confirm_shell, "wait_for_human": not headless,
+        "unconfined_shell": args.unconfined_shell,
     }
     try:
         config = build_config(kernel, flags)
@@ -151,15 +158,41 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
     if config.resume and latest_session(config.workspace, config.kernel) is None:
         raise BadInput(f"{kernel}: no earlier session of this kernel to resume")
     try:
+        history = History(config.kernel, config.branch)
+    except HistoryError as exc:
+        raise BadInput(str(exc)) from None
+    _check_guarded(config, history.git_dir, ask=None if headless or not sys.stdin.isatty() else input,
+                   accept=args.accept_changes)
+    try:
         executor = make_executor(config.gpu, config.eval_cmd, config.devices, shards=config.shards,
                                  warm=config.warm_workers, workspace=config.workspace)
     except ExecutorError as exc:
         raise BadInput(str(exc)) from None
-    try:
-        history = History(config.kernel, config.branch)
-    except HistoryError as exc:
-        raise BadInput(str(exc)) from None
     return Session.build(config, executor, history=history, bank=bank)
+
+
+def _check_guarded(config: Any, git_dir: Path, *, ask: Callable[[str], str] | None, accept: bool) -> None:
+    """What the agent could have changed since the last session started (kstui.engine.guarded) is obeyed
+    only when the human says so: asked (`ask`: on the TUI's terminal), else refused (BadInput) unless
+    accepted with --accept-changes."""
+    from kstui.engine.guarded import REPOSITORY, capture, changes, recorded
+
+    before = recorded(config.workspace, config.kernel)
+    lines = changes(before, capture(config, git_dir)) if before else []
+    if not lines:
+        return
+    if before.get(REPOSITORY) not in (None, str(git_dir)):
+        raise BadInput(f"the git repository for {config.kernel.name} is now {git_dir}, not {before[REPOSITORY]} "
+                       "as when the last session started (one made in the workspace?): refused")
+    if accept:
+        return
+    if ask is None:
+        raise BadInput(f"changed since the last session started: {'; '.join(lines)}: check them, then run again "
+                       "with --accept-changes")
+    sys.stderr.write("Changed since the last session of this kernel started (the agent could have done it):\n")
+    sys.stderr.write("".join(f"  {line}\n" for line in lines))
+    if ask("Obey these changes? [y/N] ").strip().lower() not in ("y", "yes"):
+        raise BadInput("not started: the changes were not accepted")
 
 
 def _cmd_run(argv: Sequence[str], prog: str) -> int:

@@ -71,6 +71,11 @@ def fake_python(root: Path, main: str, *, schema: int = 1, path_dirs: str | None
     return wrapper
 
 
+def fake_harness(python: Path) -> Path:
+    """The harness package a fake_python's `python -m harness` would run (the local executor binds it by path)."""
+    return python.parent / "site" / "harness"
+
+
 def executable(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

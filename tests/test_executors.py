@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from executor_support import ECHO_HARNESS, executable, fake_python, write_kernel, write_spec_kernel
+from executor_support import ECHO_HARNESS, executable, fake_harness, fake_python, write_kernel, write_spec_kernel
 
 from harness.result import EvalResult
 from kstui.executors.devices import DevicePool, parse_devices
@@ -39,7 +39,7 @@ def _sha(path: Path) -> str:
 
 
 async def test_local_runs_harness_and_validates(kernel: Path, echo_python: Path) -> None:
-    ex = LocalExecutor(python=str(echo_python))
+    ex = LocalExecutor(python=str(echo_python), harness_dir=fake_harness(echo_python))
     assert isinstance(ex, Executor) and ex.parallelism == 1 and ex.describe() == "local"
     result = await ex.evaluate(kernel, scenarios="quick", extra_args=["--seed", "7"])
     assert isinstance(result, EvalResult)
@@ -56,7 +56,7 @@ async def test_nonzero_exit_with_valid_result_is_a_rejection(kernel: Path, tmp_p
         .replace('"all_correct": bool(scen), "geomean_speedup": 1.5 if scen else None', '"all_correct": False')
     )
     py = fake_python(tmp_path / "rej", main + "\nsys.exit(1)\n")
-    result = await LocalExecutor(python=str(py)).evaluate(kernel)
+    result = await LocalExecutor(python=str(py), harness_dir=fake_harness(py)).evaluate(kernel)
     assert not result.passed and result.correct_count == 0
 
 
@@ -78,21 +78,21 @@ async def test_nonzero_exit_with_valid_result_is_a_rejection(kernel: Path, tmp_p
 async def test_failures_are_one_line_errors(kernel: Path, tmp_path: Path, main: str, expected: str) -> None:
     py = fake_python(tmp_path / "bad", main)
     with pytest.raises(ExecutorError) as info:
-        await LocalExecutor(python=str(py)).evaluate(kernel)
+        await LocalExecutor(python=str(py), harness_dir=fake_harness(py)).evaluate(kernel)
     message = str(info.value)
     assert expected in message and "\n" not in message
 
 
 async def test_a_wrapper_line_before_the_json_is_tolerated(kernel: Path, tmp_path: Path) -> None:
     py = fake_python(tmp_path / "chatty", "print('srun: job 4242 queued and waiting for resources')\n" + ECHO_HARNESS)
-    result = await LocalExecutor(python=str(py)).evaluate(kernel)
+    result = await LocalExecutor(python=str(py), harness_dir=fake_harness(py)).evaluate(kernel)
     assert result.kernel_sha256 == _sha(kernel)
 
 
 async def test_huge_garbage_output_is_bounded_and_rejected(kernel: Path, tmp_path: Path) -> None:
     py = fake_python(tmp_path / "flood", "import sys\nsys.stdout.write('x' * 80_000_000)\n")
     with pytest.raises(ExecutorError, match="no valid EvalResult"):
-        await LocalExecutor(python=str(py)).evaluate(kernel)
+        await LocalExecutor(python=str(py), harness_dir=fake_harness(py)).evaluate(kernel)
 
 
 def _alive(pid: int) -> bool:
@@ -134,7 +134,7 @@ async def test_timeout_kills_the_whole_process_group(kernel: Path, tmp_path: Pat
     py = fake_python(tmp_path / "slow", _sleeper(pids))
     start = time.monotonic()
     with pytest.raises(ExecutorError, match=r"timed out after 3 s"):
-        await LocalExecutor(python=str(py), timeout_s=3).evaluate(kernel)
+        await LocalExecutor(python=str(py), harness_dir=fake_harness(py), timeout_s=3).evaluate(kernel)
     assert time.monotonic() - start < 8
     for pid in await _wait_for(pids):
         assert not _alive(pid)
@@ -143,7 +143,7 @@ async def test_timeout_kills_the_whole_process_group(kernel: Path, tmp_path: Pat
 async def test_cancelling_an_evaluation_kills_it(kernel: Path, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     py = fake_python(tmp_path / "slow", _sleeper(pids))
-    task = asyncio.create_task(LocalExecutor(python=str(py)).evaluate(kernel))
+    task = asyncio.create_task(LocalExecutor(python=str(py), harness_dir=fake_harness(py)).evaluate(kernel))
     running = await _wait_for(pids)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -153,7 +153,7 @@ async def test_cancelling_an_evaluation_kills_it(kernel: Path, tmp_path: Path) -
 
 
 async def test_gathered_evaluations_split_the_gpus(kernel: Path, echo_python: Path) -> None:
-    ex = LocalExecutor(python=str(echo_python), devices=[0, 1])
+    ex = LocalExecutor(python=str(echo_python), harness_dir=fake_harness(echo_python), devices=[0, 1])
     assert ex.parallelism == 2 and ex.describe() == "local GPUs 0,1"
     alone = await ex.evaluate(kernel)
     assert alone.device["argv"][-2:] == ["--devices", "0,1"]
@@ -318,3 +318,21 @@ async def test_the_local_harness_is_told_the_workspace(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     with pytest.raises(ExecutorError, match="inside"):
         await LocalExecutor(workspace=repo).evaluate(kernel, extra_args=["--check-only"])
+
+
+async def test_local_harness_gets_no_secret_and_is_told_the_workspace(kernel: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-local-0123456789abcdef")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_0123456789abcdef")
+    main = ECHO_HARNESS.replace(
+        '"visible": os.environ.get("CUDA_VISIBLE_DEVICES")',
+        '"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "secrets": sorted(k for k in os.environ '
+        'if "KEY" in k or "TOKEN" in k), "isolated": sys.flags.isolated',
+    )
+    py = fake_python(tmp_path / "env", main)
+    ex = LocalExecutor(python=str(py), harness_dir=fake_harness(py), workspace=kernel.parent)
+    try:
+        result = await ex.evaluate(kernel)
+    finally:
+        await ex.close()
+    assert result.device["secrets"] == [] and result.device["isolated"] == 1
+    assert result.device["argv"][-2:] == ["--workspace", str(kernel.parent)]

@@ -72,3 +72,18 @@ async def test_headless_exit_code_is_one_when_nothing_was_accepted(tmp_path: Pat
     assert "start: your kernel does not pass as brought (build failed: k.cu:4: expected a ';')" in text_out
     assert "rejected #2: build failed: k.cu:4: expected a ';'" in text_out
     assert text_out.splitlines()[-1] == "best: nothing accepted (2 evaluations)"
+
+
+async def test_headless_output_holds_no_secret_and_no_terminal_control(tmp_path: Path, monkeypatch) -> None:
+    key = "sk-ant-printed-0123456789abcdefgh"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    monkeypatch.setenv("DEPLOY_TOKEN", "tok-abcdefghijklmnop")
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    hostile = f"the key is {key[:12]}" + f"{key[12:]} and tok-abcdefghijklmnop \x1b]52;c;cHduZWQ=\x07\x1b[2J done"
+    script = [reply(text(hostile, chunks=7), tool_use("read_file", {"path": f"{key}.cu"})), reply(text("Done."))]
+    with MessagesServer(script) as server:
+        out = io.StringIO()
+        await run_headless(Session.build(_config(kernel, server), FakeExecutor()), out)
+    printed = out.getvalue()
+    assert key not in printed and "tok-abcdefghijklmnop" not in printed and "[redacted]" in printed
+    assert "\x1b" not in printed and "\x07" not in printed and "\\x1b]52;c;" in printed

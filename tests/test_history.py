@@ -322,3 +322,50 @@ def test_failing_result_is_never_committed(tmp_path):
         h.commit_accepted("bad\n", make_result([2.0, 2.0], correct=False), previous=None, turn=1,
                           question=None, question_source=None, eval_no=1)
     assert h.entries() == [] and h.tip() is None
+
+
+def test_repository_configured_commands_never_run(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    hooks = repo / ".git" / "hooks"
+    for name in ("reference-transaction", "pre-commit", "post-commit", "post-rewrite", "pre-auto-gc"):
+        (hooks / name).write_text(f"#!/bin/sh\ntouch {markers}/{name}\n")
+        (hooks / name).chmod(0o755)
+    monitor = tmp_path / "fsmonitor.sh"
+    monitor.write_text(f"#!/bin/sh\ntouch {markers}/fsmonitor\n")
+    monitor.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(monitor))
+    git(repo, "config", "diff.external", str(monitor))
+    git(repo, "config", "gc.auto", "1")
+    git(repo, "update-ref", "refs/heads/probe", "HEAD")  # the planted hook works for git itself
+    assert (markers / "reference-transaction").exists()
+    (markers / "reference-transaction").unlink()
+
+    h = History(repo / "src" / "flash_fwd.cu")
+    first = h.commit_accepted(
+        KERNEL_V0 + "// v1\n", make_result([1.2]), previous=None, turn=1, question=None, question_source=None, eval_no=1
+    ).sha
+    h.commit_accepted(
+        KERNEL_V0 + "// v2\n", make_result([1.5]), previous=1.2, turn=2, question=None, question_source=None, eval_no=2
+    )
+    h.diff(first)
+    h.restore(first)
+    assert sorted(p.name for p in markers.iterdir()) == []
+
+
+def test_a_repository_planted_inside_the_workspace_is_refused(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path)
+    h = History(repo / "src" / "flash_fwd.cu")
+    git(repo / "src", "init", "-q")  # what an agent's bash could do in a subfolder workspace
+    with pytest.raises(HistoryError, match=r"a git repository appeared at .*src/\.git during the session"):
+        h.commit_accepted(
+            KERNEL_V0 + "// v1\n",
+            make_result([1.2]),
+            previous=None,
+            turn=1,
+            question=None,
+            question_source=None,
+            eval_no=1,
+        )
+    assert git(repo / "src", "for-each-ref") == "" and h.tip() is None

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import tracemalloc
 import uuid
 from pathlib import Path
 
 import pytest
+from fakes import FakeExecutor, make_workspace
 
 from kstui.engine import sandbox as sandbox_mod
-from kstui.engine.tools import Toolbox, ToolOutcome, scrubbed_environment
+from kstui.engine.config import SessionConfig
+from kstui.engine.secrets import shell_environment
+from kstui.engine.session import Session
+from kstui.engine.tools import Toolbox, ToolOutcome
 
 KERNEL = "__global__ void k() {}\n"
 
@@ -39,6 +44,7 @@ def make_box(ws: Path, **kw) -> Toolbox:
     async def evaluate(scenarios: str) -> str:
         return f"evaluated {scenarios}: 12/12 correct, geomean 1.10x"
 
+    kw.setdefault("unconfined_shell", kw.get("sandbox") is None and "shell_off" not in kw)
     return Toolbox(ws, Path("k.cu"), evaluate=kw.pop("evaluate", evaluate), **kw)
 
 
@@ -200,7 +206,7 @@ def _processes_with(marker: str) -> list[int]:
 @pytest.fixture(params=["plain", "bubblewrap"])
 def shell_box(request, workspace):
     if request.param == "plain":
-        return make_box(workspace, bash_timeout_s=30)
+        return make_box(workspace, bash_timeout_s=30, unconfined_shell=True)
     found = sandbox_mod.detect()
     if found is None:
         pytest.skip(sandbox_mod.notice(None))
@@ -230,7 +236,7 @@ async def test_bash_environment_has_no_secrets(shell_box, monkeypatch):
     assert "KSTUI_HARMLESS=visible" in out
     for value in secrets.values():
         assert value not in out
-    assert scrubbed_environment({"PATH": "/bin", "HF_TOKEN": "x"}) == {"PATH": "/bin"}
+    assert shell_environment({"PATH": "/bin", "HF_TOKEN": "x"}) == {"PATH": "/bin"}
 
 
 async def test_a_command_printing_100_mb_is_bounded(shell_box):
@@ -274,7 +280,7 @@ async def test_confirm_shell_asks_before_each_command(workspace):
         asked.append(command)
         return False
 
-    box = make_box(workspace, confirm_shell=decline)
+    box = make_box(workspace, confirm_shell=decline, unconfined_shell=True)
     out = await run(box, "bash", command="touch ran.txt")
     assert_refused(out, "declined")
     assert asked == ["touch ran.txt"] and not (workspace / "ran.txt").exists()
@@ -282,7 +288,9 @@ async def test_confirm_shell_asks_before_each_command(workspace):
     async def accept(command: str) -> bool:
         return True
 
-    assert not (await run(make_box(workspace, confirm_shell=accept), "bash", command="touch ran.txt")).is_error
+    assert not (
+        await run(make_box(workspace, confirm_shell=accept, unconfined_shell=True), "bash", command="touch ran.txt")
+    ).is_error
     assert (workspace / "ran.txt").exists()
 
 
@@ -309,7 +317,7 @@ async def test_sandbox_lets_bash_write_only_the_workspace(sandboxed, workspace, 
     # Outside the workspace the system is read-only, and /tmp is a scratch space thrown away after.
     elsewhere = Path("/var/tmp") / f"kstui-escape-{uuid.uuid4().hex}"
     out = await run(sandboxed, "bash", command=f"echo pwned > {elsewhere}")
-    assert out.is_error and "Read-only file system" in out.text
+    assert out.is_error and ("Read-only file system" in out.text or "No such file or directory" in out.text)
     await run(sandboxed, "bash", command=f"echo pwned > {tmp_path / 'escape'}")
     assert not elsewhere.exists() and not (tmp_path / "escape").exists()
 
@@ -326,8 +334,42 @@ def test_sandbox_detection_and_notice(tmp_path, monkeypatch):
     fake.chmod(0o755)
     assert sandbox_mod.detect(str(fake)) is None
     line = sandbox_mod.notice(None, str(fake))
-    assert "No permissions to create new namespace" in line and "unconfined" in line and "\n" not in line
+    assert "No permissions to create new namespace" in line and "bash tool is off" in line and "\n" not in line
+    assert "apt install bubblewrap" in line and "--unconfined-shell" in line
+    assert "UNCONFINED" in sandbox_mod.notice(None, str(fake), unconfined=True)
     if sandbox_mod.detect() is not None:
         assert sandbox_mod.notice(sandbox_mod.detect()) == "bubblewrap"
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    sandbox_mod.probe.cache_clear()
     assert sandbox_mod.detect() is None and "not installed" in sandbox_mod.notice(None)
+
+
+async def test_without_bubblewrap_bash_is_off_unless_turned_on_knowingly(workspace):
+    off = make_box(workspace, shell_off="bubblewrap (bwrap) is not installed: the agent's bash tool is off")
+    assert "bash" not in [d["name"] for d in off.definitions()]
+    assert_refused(await run(off, "bash", command="touch ran.txt"), "bash tool is off")
+    assert not (workspace / "ran.txt").exists()
+    on = make_box(workspace, unconfined_shell=True)
+    assert "bash" in [d["name"] for d in on.definitions()]
+    assert not (await run(on, "bash", command="touch ran.txt")).is_error and (workspace / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("unconfined", [False, True])
+def test_a_session_without_bubblewrap_turns_bash_off_and_says_how_to_install_it(tmp_path, monkeypatch, unconfined):
+    monkeypatch.setenv("KSTUI_BWRAP", str(tmp_path / "no-bwrap"))
+    kernel = make_workspace(tmp_path / "ws")
+    config = SessionConfig(kernel=kernel, workspace=kernel.parent, no_agent=True, unconfined_shell=unconfined)
+    session = Session(config, executor=FakeExecutor(), agent=None)
+    offered = [d["name"] for d in session.toolbox.definitions()]
+    line = session._sandbox_notice
+    assert "\n" not in line and "bubblewrap cannot run here" in line
+    if unconfined:
+        assert "bash" in offered and "UNCONFINED" in line
+    else:
+        assert "bash" not in offered and "apt install bubblewrap" in line and "--unconfined-shell" in line
+
+
+async def test_write_file_never_blocks_on_a_fifo_or_writes_through_a_device(workspace):
+    os.mkfifo(workspace / "pipe.cu")
+    out = await asyncio.wait_for(run(make_box(workspace), "write_file", path="pipe.cu", content="x"), 5)
+    assert out.is_error and "\n" not in out.text, out.text

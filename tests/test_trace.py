@@ -24,9 +24,8 @@ from kstui.engine.events import (
     ToolCallStarted,
     event_from_dict,
 )
+from kstui.engine.secrets import REDACTED, Scrubber
 from kstui.engine.trace import (
-    REDACTED,
-    Scrubber,
     TraceError,
     TraceWriter,
     create_session,

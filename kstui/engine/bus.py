@@ -1,6 +1,7 @@
 """The session's event bus: each event goes to the trace, then to the state fold, then to the subscribers.
 
-The trace comes first, so a crash loses at most the event being written. Text and thinking deltas
+Every event is scrubbed of secrets (kstui.engine.secrets) before anyone sees it: what a view shows
+is what the trace holds. The trace comes first, so a crash loses at most the event being written. Text and thinking deltas
 reach subscribers one by one but are joined in the trace, a few per line. A subscriber that raises is
 recorded in the trace and never ends the session.
 """
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from kstui.engine.events import Error, Event, TextDelta, ThinkingDelta
+from kstui.engine.secrets import Scrubber
 from kstui.engine.trace import TraceWriter
 
 # Deltas are joined into one trace line per this many seconds (or characters) of stream.
@@ -20,8 +22,9 @@ DELTA_FLUSH_CHARS = 4096
 
 
 class EventBus:
-    def __init__(self, fold: Callable[[Event], None]) -> None:
+    def __init__(self, fold: Callable[[Event], None], scrubber: Scrubber | None = None) -> None:
         self._fold = fold
+        self._scrubber = scrubber
         self._subscribers: list[Callable[[Event], None]] = []
         self._trace: TraceWriter | None = None
         self._deltas: tuple[type[Event], int, list[str], float] | None = None
@@ -34,6 +37,11 @@ class EventBus:
         self._subscribers.append(callback)
 
     def emit(self, event: Event) -> None:
+        if self._scrubber is not None:
+            if isinstance(event, (TextDelta, ThinkingDelta)):
+                event = self._scrubber.stitch(event)
+            else:
+                event = self._scrubber.event(event)
         if isinstance(event, (TextDelta, ThinkingDelta)):
             self._buffer_delta(event)
         else:

@@ -53,6 +53,7 @@ class SessionConfig:
     scenarios: str = "full"
     eval_args: tuple[str, ...] = ()  # extra harness arguments for every evaluation (e.g. --check-only)
     confirm_shell: bool = False
+    unconfined_shell: bool = False  # bash without bubblewrap, where bubblewrap cannot run: the user's choice
     # Acceptance: a gain must exceed max(noise of both results, this floor); within
     # borderline_factor x that margin the candidate and the best are re-evaluated, interleaved.
     noise_floor_pct: float = 0.5
@@ -96,6 +97,7 @@ _FILE_FIELDS: dict[str, tuple[type, ...]] = {
     "warm_workers": (bool,),
     "scenarios": (str,),
     "confirm_shell": (bool,),
+    "unconfined_shell": (bool,),
     "noise_floor_pct": (int, float),
     "borderline_factor": (int, float),
     "recheck_rounds": (int,),

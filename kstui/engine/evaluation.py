@@ -36,6 +36,7 @@ from kstui.engine.integrity import JudgeFingerprint
 from kstui.engine.kernel_file import KernelFile, unified_diff
 from kstui.engine.question_queue import QueuedQuestion
 from kstui.engine.result_view import agent_summary
+from kstui.engine.secrets import kernel_secret
 from kstui.engine.snapshots import Snapshots
 from kstui.engine.state import SessionState
 
@@ -193,6 +194,9 @@ class Evaluator:
             return changed
         content = self.kernel.read()
         self.last_evaluated = content
+        refused = self._refused(content)
+        if refused is not None:
+            return refused
         best_text = self._best_text()
         # Against the best accepted version; before there is one, against nothing: the whole text, so a
         # rejected version is never lost.
@@ -228,6 +232,21 @@ class Evaluator:
         if verdict.kind != "accept":
             return self._reject(eval_no, result, verdict.reason)
         return self._accept(eval_no, content, result, verdict)
+
+    def _refused(self, content: str) -> str | None:
+        """A kernel never sent to be judged: a link, FIFO or device in the kernel file's place (what it
+        points to is not the agent's to submit; a FIFO would hang the judge), a file too big, or text
+        carrying a secret's value (never judged, shown or committed)."""
+        reason = self.kernel.problem() or kernel_secret(content, [self.config.api_key or ""])
+        if reason is None:
+            return None
+        eval_no = self.state.evals + 1
+        self._emit(EvaluationStarted(eval_no=eval_no, kernel_sha256=hashlib.sha256(content.encode("utf-8",
+                   "surrogateescape")).hexdigest(), scenarios=self.config.scenarios, where="kstui (refused)"))
+        self._emit(EvaluationFinished(eval_no=eval_no, result=None, error=reason, where="kstui (refused)"))
+        self._emit(Rejected(eval_no=eval_no, reason=reason))
+        self._observed(False)
+        return f"REJECTED: {reason}"
 
     def _reject(self, eval_no: int, result: EvalResult, reason: str) -> str:
         self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))

@@ -57,6 +57,7 @@ class SessionStarted(Event):
     branch: str = ""
     resumed: bool = False
     sandbox: str = ""  # "bubblewrap" or a one-line notice that it is missing
+    guarded: dict[str, str] = field(default_factory=dict)  # kstui.engine.guarded's fingerprints at start
 
 
 @_register

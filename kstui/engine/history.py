@@ -5,6 +5,12 @@ index (GIT_INDEX_FILE) from the branch tip's tree with only the kernel path repl
 commit-tree and a compare-and-swap update-ref. The user's HEAD, index, working tree and other refs are
 never read for writing: a dirty tree, staged changes or a detached HEAD stay exactly as they were.
 The full EvalResult rides along as a git note under refs/notes/kstui.
+
+The workspace is the agent's, so nothing in it may run through git: every git command kstui runs is
+pinned to the repository found at start (GIT_DIR, GIT_WORK_TREE) and runs with hooks, fsmonitor,
+external diff, textconv, signing, automatic gc and the system config off (`SAFE_CONFIG`). A
+repository that appears later between the kernel and that repository (a nested `.git` the agent
+made) is refused with one line rather than used.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from gitdb.base import IStream
 
 from harness.result import EvalResult, SchemaError
 from kstui.engine.result_view import baselines, commit_subject
-from kstui.engine.trace import Scrubber
+from kstui.engine.secrets import Scrubber
 
 NOTES_REF = "kstui"  # git notes --ref kstui == refs/notes/kstui
 FALLBACK_NAME = "kstui"
@@ -38,6 +44,13 @@ T_QUESTION_SOURCE = "Kstui-Question-Source"
 T_RESTORES = "Kstui-Restores"
 T_START = "Kstui-Start"  # the kernel as the user brought it, evaluated at session start
 
+# Repository-configured commands kstui never runs (each -c overrides the repository's own setting).
+SAFE_CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
+               "diff.external=", "core.pager=cat", "core.editor=true", "core.sshCommand=false",
+               "core.attributesFile=/dev/null", "commit.gpgSign=false", "tag.gpgSign=false", "gc.auto=0",
+               "maintenance.auto=false", "credential.helper=", "core.askPass=", "protocol.allow=never")
+SAFE_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+            "GIT_EXTERNAL_DIFF": "", "GIT_PAGER": "cat", "GIT_EDITOR": "true"}
 _ZERO_SHA = "0" * 40
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _BAD_REF_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -116,6 +129,10 @@ class History:
             raise HistoryError(f"{self.kernel.parent} is not a directory")
         self.repo = self._open_repo(self.kernel.parent)
         root = Path(self.repo.working_tree_dir or self.kernel.parent).resolve()
+        self.git_dir = Path(self.repo.git_dir).resolve()
+        self.root = root
+        self.repo.git.update_environment(GIT_DIR=str(self.git_dir), GIT_WORK_TREE=str(root), **SAFE_ENV)
+        self.repo.git.set_persistent_git_options(c=list(SAFE_CONFIG))
         try:
             self.relpath = self.kernel.relative_to(root).as_posix()
         except ValueError:
@@ -342,7 +359,18 @@ class History:
     def _note_of(self, result: EvalResult) -> str:
         return self._scrub.dumps(result.to_dict())  # structural scrub: the note stays valid JSON
 
+    def check_repository(self) -> None:
+        """HistoryError (one line) when a repository now stands between the kernel and the one found at
+        start: git run there would find it first, and whatever made it chose its config and hooks."""
+        folder = self.kernel.parent
+        while folder != self.root and self.root in folder.parents:
+            if os.path.lexists(folder / ".git"):
+                raise HistoryError(f"a git repository appeared at {folder / '.git'} during the session; kstui "
+                                   f"commits only to the repository it started with ({self.git_dir}): refused")
+            folder = folder.parent
+
     def _commit(self, content: str, subject: str, trailers: list[tuple[str, str | None]], note: str | None) -> str:
+        self.check_repository()
         env = self._identity_env()
         blob = self._store("blob", content.encode("utf-8", "surrogateescape"))
         tip = self.tip()

@@ -16,7 +16,7 @@ measured noise. Your own measurements, estimates and claims do not count; only t
 verdict does.
 
 Tools: read_file, edit_file (exact, unique string replacement), write_file and list_files work on \
-files inside the workspace; bash runs a shell command in the workspace; evaluate runs the harness \
+files inside the workspace;{bash} evaluate runs the harness \
 on the kernel file and returns its verdict. The harness, the task file, the git history and kstui's \
 own state are read-only to you.
 
@@ -26,5 +26,7 @@ answer them through your work.
 """
 
 
-def system_prompt(kernel: str, workspace: str) -> str:
-    return _SYSTEM.format(kernel=kernel, workspace=workspace)
+def system_prompt(kernel: str, workspace: str, *, shell: bool = True) -> str:
+    """`shell`: the bash tool is offered (it is off where bubblewrap cannot confine it)."""
+    bash = " bash runs a shell command in the workspace;" if shell else " there is no shell;"
+    return _SYSTEM.format(kernel=kernel, workspace=workspace, bash=bash)

@@ -45,10 +45,12 @@ from kstui.engine.events import (
     Usage,
     UserMessage,
 )
+from kstui.engine.guarded import capture, guarded_files
 from kstui.engine.history import History, HistoryError
 from kstui.engine.kernel_file import KernelFile, unified_diff
 from kstui.engine.limits import limit_reached
 from kstui.engine.question_queue import QuestionQueue, QueuedQuestion
+from kstui.engine.secrets import Scrubber
 from kstui.engine.state import SessionState, SessionSummary, UsageLedger
 from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
 from kstui.engine.watcher import FileWatcher
@@ -80,7 +82,7 @@ class Session:
         self.questions = QuestionQueue()
         self.usage = UsageLedger()
         self.file = KernelFile(config.kernel)
-        self._bus = EventBus(self.state.fold)
+        self._bus = EventBus(self.state.fold, Scrubber.from_environ(extra=[config.api_key or ""], inert=True))
         self.evaluator = Evaluator(config, executor, self.history, self.file, self.state, self._bus.emit,
                                    observed=self._observe_eval, last_question=lambda: self._last_question,
                                    wake=self._wake_up)
@@ -137,7 +139,7 @@ class Session:
             "model": config.model, "max_tokens": config.max_tokens,
             "thinking_budget": config.thinking_budget, "base_url": config.base_url,
         }.items() if v is not None})
-        prompt = system_prompt(self.display_path, str(config.workspace))
+        prompt = system_prompt(self.display_path, str(config.workspace), shell=self.toolbox.shell_on)
         self.agent = agent_module.Agent(agent_config, prompt, self.toolbox.definitions(), api_key=config.api_key or "")
         self._agent_pending = False
 
@@ -146,12 +148,14 @@ class Session:
         from kstui.engine.tools import Toolbox
 
         sandbox = detect()
-        self._sandbox_notice = notice(sandbox)
+        self._sandbox_notice = notice(sandbox, unconfined=self.config.unconfined_shell)
         return Toolbox(
             self.workspace, self.kernel, evaluate=self._tool_evaluate, session_scenarios=self.config.scenarios,
-            protected=[self.config.harness_dir, self.workspace / ".kstui", self.workspace / ".git"],
+            protected=[self.config.harness_dir, self.workspace / ".kstui", self.workspace / ".git",
+                       *guarded_files(self.config), self.history.git_dir],
             confirm_shell=self._confirm_shell if self.config.confirm_shell else None,
             bash_timeout_s=self.config.bash_timeout_s, sandbox=sandbox,
+            unconfined_shell=self.config.unconfined_shell, shell_off=self._sandbox_notice,
         )
 
     async def _confirm_shell(self, command: str) -> bool:
@@ -420,7 +424,8 @@ class Session:
         model = getattr(getattr(self.agent, "config", None), "model", None)
         self._emit(SessionStarted(
             session_id=self.state.session_id, kernel=str(self.kernel), mode=self.state.mode,  # type: ignore[arg-type]
-            model=model, branch=self.history.branch, resumed=self._resumed, sandbox=self._sandbox_notice))
+            model=model, branch=self.history.branch, resumed=self._resumed, sandbox=self._sandbox_notice,
+            guarded=capture(self.config, self.history.git_dir)))
         spent = self.usage.offset_usage(model or "")
         if spent is not None:
             self._emit(spent)  # the views count from what the resumed session had already spent

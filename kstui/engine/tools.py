@@ -2,9 +2,12 @@
 
 Every path resolves inside the workspace (`..`, absolute paths elsewhere and symlinks that lead out
 are refused); `.git`, kstui's state, the task's judge files (its task file, the reference and baselines a
-spec names), the harness and any protected path are never written. bash runs in the workspace with a scrubbed environment, a timeout and a cap on what
+spec names), the harness and any protected path are never written; files are opened without following a
+link in their last component. bash runs in the workspace with the secret policy's environment
+(kstui.engine.secrets), a timeout and a cap on what
 it returns (output is read as it comes and only the head and tail are kept), inside bubblewrap
-where that works. A tool never raises for bad input: it returns ToolOutcome(is_error=True) with
+(kstui.engine.sandbox); where bubblewrap cannot run, bash is off unless the user turned on the
+unconfined shell knowingly. A tool never raises for bad input: it returns ToolOutcome(is_error=True) with
 one line saying what is wrong.
 """
 
@@ -13,16 +16,18 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import re
 import signal
+import stat
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kstui.engine import cgroup
 from kstui.engine.integrity import judge_paths
-from kstui.engine.sandbox import Sandbox
+from kstui.engine.sandbox import MEMORY_BYTES, NPROC, Sandbox
+from kstui.engine.secrets import shell_environment
 
 _LIST_LIMIT = 1000
 _SKIP_DIRS = {".git", ".kstui", "__pycache__"}
@@ -30,7 +35,6 @@ _READ_CHUNK = 1 << 16
 _REAP_GRACE_S = 1.0  # after the command exits: how long background jobs may hold its output open
 _POLL_S = 0.1
 _REAP_POLL_S = 0.005
-_SECRET_PARTS = re.compile(r"SECRET|PASSWORD|PASSWD|CREDENTIAL|APIKEY|(^|_)(KEY|TOKEN)(_|$)", re.IGNORECASE)
 
 
 @dataclass
@@ -41,11 +45,6 @@ class ToolOutcome:
 
 class ToolError(Exception):
     """A refused or failed tool call; the message is the one line the agent gets back."""
-
-
-def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment without API keys, tokens, secrets or passwords."""
-    return {k: v for k, v in env.items() if not (_SECRET_PARTS.search(k) or k.upper().startswith("ANTHROPIC_"))}
 
 
 def _harness_dir() -> Path | None:
@@ -68,6 +67,8 @@ class Toolbox:
         bash_timeout_s: float = 120,
         output_cap: int = 30_000,
         sandbox: Sandbox | None = None,
+        unconfined_shell: bool = False,
+        shell_off: str = "",
     ) -> None:
         self.workspace = workspace.resolve()
         self.kernel = (kernel if kernel.is_absolute() else self.workspace / kernel).resolve()
@@ -77,6 +78,9 @@ class Toolbox:
         self.bash_timeout_s = bash_timeout_s
         self.output_cap = output_cap
         self.sandbox = sandbox
+        # bash runs confined, or unconfined only when the user asked for it; otherwise it is off (and why)
+        self.shell_on = sandbox is not None or unconfined_shell
+        self.shell_off = shell_off or "bash is off: bubblewrap cannot confine it here"
         candidates = [
             self.workspace / ".git",
             self.workspace / ".kstui",
@@ -102,7 +106,7 @@ class Toolbox:
     def definitions(self) -> list[dict[str, Any]]:
         """The tools as Messages API definitions."""
         rel = self._rel(self.kernel)
-        return [
+        tools = [
             _tool(
                 "read_file",
                 "Read a text file in the workspace. Optionally only lines start_line..end_line (1-based, inclusive).",
@@ -146,6 +150,7 @@ class Toolbox:
                 [],
             ),
         ]
+        return [t for t in tools if self.shell_on or t["name"] != "bash"]
 
     async def run(self, name: str, input: dict[str, Any]) -> ToolOutcome:
         handler = self._handlers.get(name)
@@ -251,7 +256,7 @@ class Toolbox:
                 f"old_string occurs {count} times in {args['path']}; include more surrounding text so it is unique"
             )
         at = text.index(old)
-        path.write_text(text[:at] + new + text[at + len(old) :], encoding="utf-8")
+        _write_text(path, text[:at] + new + text[at + len(old) :])
         line = text.count("\n", 0, at) + 1
         return ToolOutcome(f"edited {self._rel(path)} at line {line}")
 
@@ -261,7 +266,7 @@ class Toolbox:
         if path.is_dir():
             raise ToolError(f"{args['path']} is a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
+        _write_text(path, content)
         return ToolOutcome(f"wrote {self._rel(path)} ({len(content.encode()):,} bytes)")
 
     async def _list_files(self, args: dict[str, Any]) -> ToolOutcome:
@@ -285,6 +290,8 @@ class Toolbox:
     # ---- bash ----
 
     async def _bash(self, args: dict[str, Any]) -> ToolOutcome:
+        if not self.shell_on:
+            raise ToolError(self.shell_off)
         command = _req_str(args, "command")
         if not command.strip():
             raise ToolError("command is empty")
@@ -294,18 +301,25 @@ class Toolbox:
         timeout = min(float(timeout), self.bash_timeout_s)
         if self._confirm_shell is not None and not await self._confirm_shell(command):
             return ToolOutcome("the human declined to run this command", True)
-        argv = ["bash", "-c", command]
-        if self.sandbox is not None:
-            argv = self.sandbox.wrap(argv, workspace=self.workspace, read_only=self.protected)
-        return await self._run_bounded(argv, timeout)
+        env = shell_environment()
+        if self.sandbox is None:
+            return await self._run_bounded(["bash", "-c", command], timeout, env)
+        env.update(HOME="/tmp", TMPDIR="/tmp")  # the home directory is not there
+        group = cgroup.make(NPROC, MEMORY_BYTES)
+        try:
+            argv = self.sandbox.wrap(command, workspace=self.workspace, read_only=self.protected, group=group)
+            return await self._run_bounded(argv, timeout, env)
+        finally:
+            if group is not None:
+                group.remove()
 
-    async def _run_bounded(self, argv: list[str], timeout: float) -> ToolOutcome:
+    async def _run_bounded(self, argv: list[str], timeout: float, env: dict[str, str]) -> ToolOutcome:
         capture = _Capture(self.output_cap)
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=self.workspace,
-            env=scrubbed_environment(os.environ),
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -395,6 +409,17 @@ async def _reaped(proc: asyncio.subprocess.Process) -> None:
         if proc.returncode is not None:
             return
         await asyncio.sleep(_REAP_POLL_S)
+
+
+def _write_text(path: Path, content: str) -> None:
+    """Write a file the path check allowed, never through a link put in its place since, never into a
+    FIFO or device (a FIFO would block kstui until someone reads it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"{path.name} is not a regular file")
+        f.truncate(0)
+        f.write(content)
 
 
 def _kill_group(pid: int) -> None:

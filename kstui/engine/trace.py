@@ -6,125 +6,35 @@ also survives a power cut) costs milliseconds per call, far too much for tens of
 so it runs only on the events one would hate to lose (an accepted commit, a rewind, the end) and at
 close(). A torn last line is ignored by the reader and cut off by the next writer that appends.
 
-Secrets never reach the file: a Scrubber replaces environment secrets and Anthropic-shaped keys in
-every string of every event before it is serialised, and streamed text is also checked across chunk
-boundaries, so a key the model prints in pieces is redacted too.
+Secrets never reach the file: a Scrubber (kstui.engine.secrets) replaces environment secrets and
+Anthropic-shaped keys in every string of every event before it is serialised, and streamed text is
+also checked across chunk boundaries, so a key the model prints in pieces is redacted too. The file
+is opened without following a link.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import time
-from dataclasses import asdict, dataclass, is_dataclass, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from harness.result import SchemaError
 from kstui.engine.events import Accepted, Event, Rewound, SessionEnded, TextDelta, ThinkingDelta, event_from_dict
+from kstui.engine.secrets import Scrubber
 
 TRACE_NAME = "trace.jsonl"
 META_NAME = "meta.json"
-REDACTED = "[redacted]"
 
-_SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN)$|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-_ANTHROPIC_KEY = r"sk-ant-[A-Za-z0-9_\-]{4,}"
-_PARTIAL_KEY = re.compile(r"(?:sk-an?|sk-ant|sk-ant-[A-Za-z0-9_\-]{0,3})$")  # a key's start, cut by a chunk
-# Below this length a secret is only redacted where a whole string equals it: replacing every
-# occurrence of a 4-character value inside tool output would mangle the trace for nothing.
-_MIN_SUBSTRING_SECRET = 8
 _DURABLE = (Accepted, Rewound, SessionEnded)
 
 
 class TraceError(Exception):
     """One line: the trace cannot be read (names the file and line)."""
 
-
-class Scrubber:
-    """Replaces secrets in strings; built once, applied to every event."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        values = {v for v in secrets if v}
-        # longest first, so a secret that contains another is replaced whole
-        self.long_secrets = sorted((v for v in values if len(v) >= _MIN_SUBSTRING_SECRET), key=len, reverse=True)
-        self.short_secrets = frozenset(v for v in values if len(v) < _MIN_SUBSTRING_SECRET)
-        self._text_re = re.compile("|".join([re.escape(v) for v in self.long_secrets] + [_ANTHROPIC_KEY]))
-        # The same secrets as they appear inside a JSON line: plain substring tests (memchr-fast) tell
-        # whether a whole event needs the slow, structural scrub.
-        self._needles = [_json_str(v)[1:-1] for v in self.long_secrets]
-        self._needles += [_json_str(v) for v in self.short_secrets] + ["sk-ant-"]
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Scrubber:
-        """Secrets are the values of *_KEY, *_TOKEN, *SECRET*, *PASSWORD* variables, plus `extra`."""
-        env = os.environ if environ is None else environ
-        return cls([v for k, v in env.items() if _SECRET_NAME.search(k)] + list(extra))
-
-    def text(self, value: str) -> str:
-        if value in self.short_secrets:
-            return REDACTED
-        return self._text_re.sub(REDACTED, value)
-
-    def seam(self, before: str, text: str) -> str:
-        """Scrub a streamed chunk against the chunk before it, so no secret survives a chunk boundary.
-
-        The head of `text` that completes a secret begun in `before` is redacted, and so is a tail that
-        may be the start of one (four characters or more): at most three characters of a secret leak.
-        """
-        combined, b = before + text, len(before)
-        head = 0
-        for m in self._text_re.finditer(combined):
-            if m.start() < b < m.end():
-                head = max(head, m.end() - b)
-        opened = self._open_secret(combined)
-        tail = len(text) if opened is None else max(opened - b, head)
-        if head == 0 and tail == len(text):
-            return text
-        return (REDACTED if head else "") + text[head:tail] + (REDACTED if tail < len(text) else "")
-
-    def _open_secret(self, s: str) -> int | None:
-        """Where an unfinished secret (its first four characters or more) runs to the end of s, if any."""
-        starts = []
-        partial = _PARTIAL_KEY.search(s)
-        if partial:
-            starts.append(partial.start())
-        for secret in self.long_secrets:
-            i = s.find(secret[:4], max(0, len(s) - len(secret) + 1))
-            while i != -1 and not secret.startswith(s[i:]):
-                i = s.find(secret[:4], i + 1)
-            if i != -1:
-                starts.append(i)
-        return min(starts) if starts else None
-
-    @property
-    def longest(self) -> int:
-        return len(self.long_secrets[0]) if self.long_secrets else 0
-
-    def value(self, value: Any) -> Any:
-        """Scrub every string in a JSON-like value, keys included."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.value(v) for v in value]
-        if is_dataclass(value) and not isinstance(value, type):
-            return self.value(asdict(value))
-        return value
-
-    def dumps(self, data: dict[str, Any]) -> str:
-        """One JSON line with no secret in it; the common, clean case costs a few substring tests."""
-        # ASCII-escaped JSON: the faster encoder, and a line any tool can read whatever its locale
-        line = _dumps(data)
-        for needle in self._needles:
-            if needle in line:
-                return _dumps(self.value(data))
-        return line
-
-
-def _json_str(value: str) -> str:
-    return json.dumps(value)
 
 
 def _dumps(data: Any) -> str:
@@ -156,32 +66,21 @@ class TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _cut_torn_tail(self.path)
         # unbuffered O_APPEND: each line goes to the kernel in one call, nothing waits in a buffer
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         self._scrubber = Scrubber.from_environ(extra=extra_secrets)
         self._fsync = fsync
-        # the last raw text of each streamed kind (type -> (turn, tail)), for secrets split across chunks
-        self._tails: dict[str, tuple[int, str]] = {}
-        self._keep = max(256, self._scrubber.longest + 8)
 
     def append(self, event: Event) -> None:
         if self._fd is None:
             raise ValueError(f"trace {self.path} is closed")
         if isinstance(event, (TextDelta, ThinkingDelta)):
-            event = self._stitch(event)
+            event = self._scrubber.stitch(event)
         data = (self._scrubber.dumps(_event_dict(event)) + "\n").encode("utf-8", "surrogateescape")
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
         if self._fsync and isinstance(event, _DURABLE):
             os.fsync(self._fd)
-
-    def _stitch(self, event: TextDelta | ThinkingDelta) -> TextDelta | ThinkingDelta:
-        turn, tail = self._tails.get(event.type, (event.turn, ""))
-        if turn != event.turn:
-            tail = ""
-        self._tails[event.type] = (event.turn, (tail + event.text)[-self._keep:])
-        text = self._scrubber.seam(tail, event.text)
-        return event if text == event.text else replace(event, text=text)
 
     def close(self) -> None:
         if self._fd is None:

@@ -21,8 +21,8 @@ def make_executor(
     workspace: Path | None = None,
 ) -> Executor:
     """The executor the flags ask for: --gpu (local | ssh://… | ray[://…]), --eval-cmd, --devices, --shards;
-    warm prepares the local executor's workers ahead (the others start theirs on request); workspace is
-    what the local harness hides from its worker."""
+    warm prepares the local executor's workers ahead (the others start theirs on request); the local
+    executor hides `workspace` from its workers."""
     device_list = parse_devices(devices)
     if shards < 1:
         raise ExecutorError(f"--shards must be at least 1 (got {shards})")

@@ -13,6 +13,7 @@ import itertools
 import json
 from collections import deque
 from collections.abc import Sequence
+from pathlib import Path
 
 from kstui.executors.process import Completed, kill_group
 from kstui.executors.protocol import ExecutorError, ProgressCallback
@@ -21,9 +22,10 @@ _STDERR_LINES = 20
 
 
 class HarnessServer:
-    def __init__(self, python: str, env: dict[str, str]) -> None:
-        self.python = python
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: Path) -> None:
+        self.argv = list(argv)  # the command that runs `harness serve`
         self.env = env
+        self.cwd = cwd
         self._proc: asyncio.subprocess.Process | None = None
         self._pending: dict[int, asyncio.Future[dict]] = {}
         self._progress: dict[int, ProgressCallback] = {}
@@ -38,11 +40,10 @@ class HarnessServer:
                 return self._proc
             try:
                 self._proc = await asyncio.create_subprocess_exec(
-                    self.python, "-m", "harness", "serve", stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self.env,
-                    start_new_session=True, limit=1 << 26)
+                    *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd, start_new_session=True, limit=1 << 26)
             except OSError as exc:
-                raise ExecutorError(f"local harness: cannot start {self.python}: {exc.strerror or exc}") from None
+                raise ExecutorError(f"local harness: cannot start {self.argv[0]}: {exc.strerror or exc}") from None
             self._stderr.clear()
             self._tasks = [asyncio.ensure_future(self._read_replies(self._proc)),
                            asyncio.ensure_future(self._read_stderr(self._proc))]
