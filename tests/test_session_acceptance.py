@@ -190,7 +190,7 @@ async def test_a_partial_scenario_set_is_never_accepted(tmp_path: Path) -> None:
     await _finish(session, task)
     summary_text = outcome.text
     assert "NOT A CANDIDATE" in summary_text and "1/1 scenarios correct" in summary_text
-    assert log.of(Accepted) == [] and "only a 'full' evaluation" in log.of(Rejected)[0].reason
+    assert log.of(Accepted) == [] and "for information only: only the session's set 'full'" in log.of(Rejected)[0].reason
 
 
 async def test_spare_gpus_retime_the_best_beside_the_candidate(tmp_path: Path) -> None:
