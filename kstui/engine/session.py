@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 _KERNEL_WRITERS = frozenset({"edit_file", "write_file", "bash"})
 # The longest `_make_agent` waits for `agent_after` (a view's first frame) before importing the SDK anyway.
 AGENT_AFTER_MAX_WAIT_S = 5.0
+# How long `stop` waits for the run to end before cancelling it outright.
+STOP_WAIT_S = 5.0
 
 
 class Session:
@@ -91,6 +93,7 @@ class Session:
         self._pending_edits: list[str] = []
         self._pending_notes: list[str] = []  # told with the next message, never a reason for a turn of their own
         self._streaming = False
+        self._tool_running = False
         self._stopping = False
         self._stop_reason = "stopped"
         self._wake = asyncio.Event()
@@ -264,18 +267,29 @@ class Session:
         if self._streaming and self.agent is not None:
             self.agent.interrupt()
 
-    async def stop(self) -> None:
-        """End the session: the stream and any evaluation are cancelled; git and trace stay consistent."""
+    def request_stop(self) -> None:
+        """Begin ending the session, without waiting: the stream, a running tool and the evaluation are
+        cancelled; `run` then closes the trace and returns. Safe to call from a signal's callback."""
         self._stopping = True
         self._stop_reason = "stopped"
         self.interrupt()
         self._wake.set()
         self._unpaused.set()
         self.evaluator.cancel()
+        if self._tool_running and self._run_task is not None and not self._run_task.done():
+            self._run_task.cancel()  # the tool's own cleanup (a killed process group) runs on cancellation
+
+    def flush_trace(self) -> None:
+        """Write the trace's buffered stream text now (a hurried exit's last words)."""
+        self._bus.flush()
+
+    async def stop(self) -> None:
+        """End the session and wait for `run` to finish: git and the trace stay consistent."""
+        self.request_stop()
         task = self._run_task
         if task is not None and task is not asyncio.current_task() and not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(task), timeout=30)
+                await asyncio.wait_for(asyncio.shield(task), timeout=STOP_WAIT_S)
             except asyncio.TimeoutError:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -611,14 +625,19 @@ class Session:
         started = time.monotonic()
         # Only these tools can write the kernel: a change during any other one is the human's.
         self.file.tool_writing = name in _KERNEL_WRITERS
+        self._tool_running = True
         try:
             outcome = await self.toolbox.run(name, raw)  # type: ignore[arg-type]  # the toolbox checks it
             text, is_error = outcome.text, outcome.is_error
         except asyncio.CancelledError:
             text, is_error = "not finished: the session was stopped", True
+            if not self._stopping:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]  # request_stop's own cancel, handled
         except Exception as exc:  # the toolbox promises not to raise; if it does, the agent hears why
             text, is_error = f"tool {name} failed: {type(exc).__name__}: {exc}", True
         finally:
+            self._tool_running = False
             if self.file.tool_writing:
                 self.file.take_as_known()  # whatever the tool did to the kernel is the agent's
             self.file.tool_writing = False

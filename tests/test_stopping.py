@@ -1,0 +1,126 @@
+"""Ctrl-C and SIGTERM end kstui within 2 s with the evaluation's processes gone, the trace closed and
+nothing printed from asyncio; a second signal ends it at once; a SIGKILLed kstui leaves no evaluation
+behind. Real `kstui` processes, real signals."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fakes import make_workspace
+
+from kstui.engine import events as ev
+from kstui.engine.trace import latest_session, read_trace, trace_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def _start_hanging_eval(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, int]:
+    """A manual-mode headless kstui whose start evaluation hangs (a shell sleeping, its pid in a file)."""
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    pidfile = tmp_path / "eval.pid"
+    eval_cmd = f"echo $$ > {shlex.quote(str(pidfile))}; sleep 300; echo {{file}}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--no-agent", "--eval-cmd", eval_cmd, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the evaluation never started"
+        time.sleep(0.05)
+    return proc, kernel, int(pidfile.read_text())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_headless_stops_within_two_seconds_of_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, kernel, eval_pid = _start_hanging_eval(tmp_path)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=2.0)
+    finally:
+        proc.kill()
+    assert time.monotonic() - sent < 2.0
+    assert _wait_gone(eval_pid, 1.0), "the evaluation outlived kstui"
+    assert "session ended: stopped" in out
+    assert "Traceback" not in err and "RecursionError" not in err and "never retrieved" not in err, err
+    events = list(read_trace(trace_path(latest_session(kernel.parent, kernel))))
+    assert isinstance(events[-1], ev.SessionEnded) and events[-1].reason == "stopped"
+
+
+_BLOCKED = textwrap.dedent("""
+    import asyncio, sys, time
+    from kstui.stopping import StopSignals
+
+    async def main():
+        # on_stop does nothing and the loop is then blocked: only the deadline or a second signal ends it
+        StopSignals(asyncio.get_running_loop(), lambda: time.sleep(60), grace_s=float(sys.argv[1])).install()
+        print("ready", flush=True)
+        await asyncio.sleep(60)
+
+    asyncio.run(main())
+""")
+
+
+def _blocked(grace_s: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED, str(grace_s)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_a_stuck_stop_ends_at_the_deadline() -> None:
+    proc = _blocked(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == 128 + signal.SIGTERM
+    assert 0.9 < time.monotonic() - sent < 2.0
+
+
+def test_a_second_ctrl_c_exits_at_once() -> None:
+    proc = _blocked(30.0)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert proc.poll() is None  # the first one waits for the session
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=5) == 128 + signal.SIGINT
+    assert time.monotonic() - sent < 1.0
+
+
+def test_a_sigkilled_kstui_leaves_no_evaluation_running(tmp_path: Path) -> None:
+    proc, _, eval_pid = _start_hanging_eval(tmp_path)
+    proc.kill()
+    proc.wait()
+    assert _wait_gone(eval_pid, 2.0), "the evaluation's shell outlived a SIGKILLed kstui"
