@@ -159,7 +159,16 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         history = History(config.kernel, config.branch)
     except HistoryError as exc:
         raise BadInput(str(exc)) from None
-    return Session.build(config, executor, history=history, bank=bank)
+    from kstui.engine.lock import KernelBusy, KernelLock
+
+    try:
+        lock = KernelLock(history.git_dir / "kstui-locks", config.kernel).acquire()
+    except KernelBusy as exc:
+        history.close()
+        raise BadInput(str(exc)) from None
+    session = Session.build(config, executor, history=history, bank=bank)
+    session.kernel_lock = lock
+    return session
 
 
 def _cmd_run(argv: Sequence[str], prog: str) -> int:
@@ -167,7 +176,11 @@ def _cmd_run(argv: Sequence[str], prog: str) -> int:
     if args.headless:
         from kstui.views.headless import run_headless
 
-        return asyncio.run(run_headless(prepare_session(args, headless=True)))
+        session = prepare_session(args, headless=True)
+        try:
+            return asyncio.run(run_headless(session))
+        finally:
+            session.kernel_lock.release()
     # What start-up makes (modules, the session, the panes) lives as long as the app, so collecting
     # before the first frame only walks it (two or three full collections, 0.1-0.15 s on a 2-core
     # machine): the app turns collection back on once that frame is out.
@@ -177,7 +190,10 @@ def _cmd_run(argv: Sequence[str], prog: str) -> int:
         session = prepare_session(args, headless=False)
         from kstui.app import run_session_app
 
-        return run_session_app(session, gc_held=collecting)
+        try:
+            return run_session_app(session, gc_held=collecting)
+        finally:
+            session.kernel_lock.release()
     finally:
         if collecting:  # bad input, or an app that ended before its first frame
             gc.enable()

@@ -5,7 +5,6 @@ behind. Real `kstui` processes, real signals."""
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes import make_workspace
+from process_support import start_hanging_eval, wait_gone
 
 from kstui.engine import events as ev
 from kstui.engine.trace import latest_session, read_trace, trace_path
@@ -25,46 +24,9 @@ from kstui.engine.trace import latest_session, read_trace, trace_path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return not _alive(pid)
-
-
-def _start_hanging_eval(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, int]:
-    """A manual-mode headless kstui whose start evaluation hangs (a shell sleeping, its pid in a file)."""
-    kernel = make_workspace(tmp_path / "ws", 1.0)
-    pidfile = tmp_path / "eval.pid"
-    eval_cmd = f"echo $$ > {shlex.quote(str(pidfile))}; sleep 300; echo {{file}}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--no-agent", "--eval-cmd", eval_cmd, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 30
-    while not (pidfile.exists() and pidfile.read_text().strip()):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the evaluation never started"
-        time.sleep(0.05)
-    return proc, kernel, int(pidfile.read_text())
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_headless_stops_within_two_seconds_of_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
-    proc, kernel, eval_pid = _start_hanging_eval(tmp_path)
+    proc, kernel, eval_pid = start_hanging_eval(tmp_path)
     sent = time.monotonic()
     proc.send_signal(sig)
     try:
@@ -72,7 +34,7 @@ def test_headless_stops_within_two_seconds_of_a_signal(tmp_path: Path, sig: sign
     finally:
         proc.kill()
     assert time.monotonic() - sent < 2.0
-    assert _wait_gone(eval_pid, 1.0), "the evaluation outlived kstui"
+    assert wait_gone(eval_pid, 1.0), "the evaluation outlived kstui"
     assert "session ended: stopped" in out
     assert "Traceback" not in err and "RecursionError" not in err and "never retrieved" not in err, err
     events = list(read_trace(trace_path(latest_session(kernel.parent, kernel))))
@@ -120,7 +82,7 @@ def test_a_second_ctrl_c_exits_at_once() -> None:
 
 
 def test_a_sigkilled_kstui_leaves_no_evaluation_running(tmp_path: Path) -> None:
-    proc, _, eval_pid = _start_hanging_eval(tmp_path)
+    proc, _, eval_pid = start_hanging_eval(tmp_path)
     proc.kill()
     proc.wait()
-    assert _wait_gone(eval_pid, 2.0), "the evaluation's shell outlived a SIGKILLed kstui"
+    assert wait_gone(eval_pid, 2.0), "the evaluation's shell outlived a SIGKILLed kstui"

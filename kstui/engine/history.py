@@ -125,6 +125,11 @@ class History:
         self._check_branch_name()
         self._scrub = Scrubber.from_environ()
 
+    @property
+    def git_dir(self) -> Path:
+        """The repository's git directory (the common one, for a linked worktree)."""
+        return Path(self.repo.common_dir).resolve()
+
     def close(self) -> None:
         """End gitpython's helper processes (cat-file) for this repository."""
         self.repo.close()

@@ -55,6 +55,7 @@ from kstui.engine.watcher import FileWatcher
 
 if TYPE_CHECKING:
     from kstui.engine.agent import Agent
+    from kstui.engine.lock import KernelLock
     from kstui.engine.tools import Toolbox
     from kstui.executors.protocol import Executor
 
@@ -109,6 +110,7 @@ class Session:
         # Set by a view that draws on this loop: the SDK's import waits for it (its first frame), at most
         # AGENT_AFTER_MAX_WAIT_S. None (headless): the agent is made at once.
         self.agent_after: asyncio.Event | None = None
+        self.kernel_lock: KernelLock | None = None  # held by the CLI's session: one kstui per kernel
 
     # --- construction ---------------------------------------------------------------------------
 
