@@ -21,6 +21,7 @@ import git
 from gitdb.base import IStream
 
 from harness.result import EvalResult, SchemaError
+from kstui.engine.backup import backup_ref, save_unsaved
 from kstui.engine.result_view import baselines, commit_subject
 from kstui.engine.trace import Scrubber
 
@@ -124,6 +125,7 @@ class History:
         self.ref = f"refs/heads/{self.branch}"
         self._check_branch_name()
         self._scrub = Scrubber.from_environ()
+        self.last_backup: str | None = None  # the backup the last restore made of the file it replaced
 
     @property
     def git_dir(self) -> Path:
@@ -340,9 +342,36 @@ class History:
             (T_RESTORES, entry.sha),
         ]
         result = self.result_of(entry.sha)
+        self.last_backup = save_unsaved(self)  # what the file holds now, if no commit does
         new = self._commit(content, subject, trailers, self._note_of(result) if result else None)
         _write_atomically(self.kernel, content)
         return new
+
+    def backup_said(self) -> str | None:
+        """One line about the last restore's backup, if it made one."""
+        if self.last_backup is None:
+            return None
+        return (f"the kernel file held changes in no commit: saved as {self.last_backup[:8]} on "
+                f"{backup_ref(self.branch)} before the restore (git show {self.last_backup[:8]}:{self.relpath})")
+
+    def rev(self, ref: str) -> str | None:
+        """The commit a ref points at, or None."""
+        try:
+            return self.repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}") or None
+        except git.GitCommandError:
+            return None
+
+    def commit_backup(self, data: bytes) -> str:
+        """The kernel's bytes as a commit on kstui's backup ref (never a branch): the sha."""
+        ref = backup_ref(self.branch)
+        last = self.rev(ref)
+        base = last or self.tip() or (self.repo.head.commit.hexsha if self.repo.head.is_valid() else None)
+        tree = self._tree_with_kernel(base, self._store("blob", data))
+        message = f"{self.kernel.stem}: backup of the kernel file before kstui wrote over it"
+        args = [tree, "--no-gpg-sign", "-m", message, *(["-p", last] if last else [])]
+        sha = self.repo.git.commit_tree(*args, env=self._identity_env())
+        self.repo.git.update_ref("-m", "kstui: backup", ref, sha, last or _ZERO_SHA)
+        return sha
 
     def _note_of(self, result: EvalResult) -> str:
         return self._scrub.dumps(result.to_dict())  # structural scrub: the note stays valid JSON

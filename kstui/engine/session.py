@@ -315,6 +315,8 @@ class Session:
                 return
             old_text = self.file.known
             self.evaluator.last_evaluated = self.file.take_as_known()
+            if (said := self.history.backup_said()) is not None:
+                self._emit(Notice(message=said, level="warning"))
         if truncate_context and self.agent is not None and entry.turn in self.conversation.turn_ends:
             self._pending_rewind = (entry.sha, new, entry.turn)
         else:
