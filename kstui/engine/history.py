@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import git
 from gitdb.base import IStream
@@ -38,6 +39,7 @@ T_QUESTION = "Kstui-Question"
 T_QUESTION_SOURCE = "Kstui-Question-Source"
 T_RESTORES = "Kstui-Restores"
 T_START = "Kstui-Start"  # the kernel as the user brought it, evaluated at session start
+T_SESSION = "Kstui-Session"  # the session that made the commit (resume reconciles its own commits)
 
 _ZERO_SHA = "0" * 40
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -63,6 +65,7 @@ class HistoryEntry:
     turn: int | None = None
     restores: str | None = None  # the sha this commit restored, for a rewind
     start: bool = False  # the kernel as the user brought it (the start of the history)
+    session: str | None = None  # the session that made it
 
     @property
     def short(self) -> str:
@@ -126,6 +129,7 @@ class History:
         self._check_branch_name()
         self._scrub = Scrubber.from_environ()
         self.last_backup: str | None = None  # the backup the last restore made of the file it replaced
+        self.session_id: str | None = None  # set by the session: a trailer on each commit it makes
 
     @property
     def git_dir(self) -> Path:
@@ -228,6 +232,7 @@ class History:
             turn=_int_or_none(trailers.get(T_TURN)),
             restores=trailers.get(T_RESTORES),
             start=T_START in trailers,
+            session=trailers.get(T_SESSION),
         )
 
     def entry(self, sha: str) -> HistoryEntry:
@@ -321,6 +326,7 @@ class History:
             (T_EVAL, str(eval_no)),
             (T_TURN, str(turn) if turn is not None else None),
             *extra,
+            (T_SESSION, self.session_id),
         ]
         sha = self._commit(content, subject, trailers, self._note_of(result))
         # The entry as written: exactly what entries() will read back for this commit.
@@ -340,6 +346,7 @@ class History:
             (T_EVAL, str(entry.eval_no) if entry.eval_no is not None else None),
             (T_TURN, str(turn) if turn is not None else None),
             (T_RESTORES, entry.sha),
+            (T_SESSION, self.session_id),
         ]
         result = self.result_of(entry.sha)
         self.last_backup = save_unsaved(self)  # what the file holds now, if no commit does
@@ -389,15 +396,32 @@ class History:
         if parent:
             args[1:1] = ["-p", parent]
         sha = self.repo.git.commit_tree(*args, env=env)
+        _step("committed")
+        # The note before the branch moves: a kill between the two leaves an unreachable commit with a
+        # note, never a version on the branch without its result.
+        if note is not None:
+            note_blob = self._store("blob", note.encode("utf-8"))
+            self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=env)
+            _step("noted")
         try:
             # compare-and-swap: fails, rather than losing a commit, if the branch moved meanwhile
             self.repo.git.update_ref("-m", f"kstui: {subject}", self.ref, sha, tip or _ZERO_SHA)
         except git.GitCommandError:
             raise HistoryError(f"{self.branch} moved while kstui was committing; nothing was changed") from None
-        if note is not None:
-            note_blob = self._store("blob", note.encode("utf-8"))
-            self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=env)
+        _step("advanced")
         return sha
+
+    def add_note(self, sha: str, result: EvalResult) -> None:
+        """Attach a result to a commit that lacks one (a commit made by a kstui killed before its note)."""
+        note_blob = self._store("blob", self._note_of(result).encode("utf-8"))
+        self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=self._identity_env())
+
+    def has_note(self, sha: str) -> bool:
+        try:
+            self.repo.git.notes("--ref", NOTES_REF, "list", sha)
+            return True
+        except git.GitCommandError:
+            return False
 
     def _tree_with_kernel(self, parent: str | None, blob: str) -> str:
         mode = "100644"
@@ -417,6 +441,15 @@ class History:
     def _store(self, kind: str, data: bytes) -> str:
         stream = self.repo.odb.store(IStream(kind, len(data), BytesIO(data)))
         return stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha
+
+
+# Called between the steps of a commit ("committed", "noted", "advanced"): tests kill the process there.
+STEP_HOOK: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if STEP_HOOK is not None:
+        STEP_HOOK(name)
 
 
 def _split_stream(stream: BinaryIO, sep: bytes, chunk: int = 1 << 16) -> Iterator[bytes]:

@@ -49,6 +49,7 @@ from kstui.engine.history import History, HistoryError
 from kstui.engine.kernel_file import KernelFile, unified_diff
 from kstui.engine.limits import limit_reached
 from kstui.engine.question_queue import QuestionQueue, QueuedQuestion
+from kstui.engine.reconcile import reconcile
 from kstui.engine.state import SessionState, SessionSummary, UsageLedger
 from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
 from kstui.engine.watcher import FileWatcher
@@ -104,6 +105,7 @@ class Session:
         self._last_question: QueuedQuestion | None = None
         self._watcher: FileWatcher | None = None
         self._resumed = False
+        self._resumed_events: list[Event] = []
         self._pending_rewind: tuple[str, str, int] | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._agent_pending = False  # build(): the agent is made when run() starts
@@ -404,9 +406,11 @@ class Session:
         self.state.session_id = directory.name
         self._trace_file = trace_path(directory)
         self._bus.open(TraceWriter(self._trace_file, extra_secrets=[self.config.api_key or ""]))
+        self.history.session_id = directory.name
         if resumed_events:
             self._resumed = True
             self._restore_from(resumed_events)
+            self._resumed_events = resumed_events
 
     def _restore_from(self, events: list[Event]) -> None:
         """Rebuild the conversation, counters, queue, spending and question use from a trace."""
@@ -442,6 +446,10 @@ class Session:
         spent = self.usage.offset_usage(model or "")
         if spent is not None:
             self._emit(spent)  # the views count from what the resumed session had already spent
+        if self._resumed:
+            for event in reconcile(self.history, self._resumed_events, self.state.session_id):
+                self._emit(event)
+            self._resumed_events = []
         if self.config.manual and not self.config.no_agent:
             self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
                               level="warning"))
