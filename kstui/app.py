@@ -238,7 +238,7 @@ def run_log_app(kernel: Path, branch: str | None = None) -> int:
     from kstui.engine.history import History, HistoryError
 
     try:
-        history = History(kernel, branch)
+        history = History(kernel, branch, create=False)
     except HistoryError as exc:
         print(f"kstui: {exc}", file=sys.stderr)
         return 2
@@ -269,7 +269,7 @@ def run_replay_app(trace: Path) -> int:
         return 2
     kernel = replay_kernel(trace, events)
     try:
-        history = History(kernel) if kernel.exists() else None
+        history = History(kernel, create=False) if kernel.exists() else None
     except HistoryError:
         history = None
     from kstui.screens.replay import ReplayPlayer

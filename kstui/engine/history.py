@@ -50,6 +50,10 @@ class HistoryError(Exception):
     """One line for the user: what went wrong with the kernel's git history."""
 
 
+class BranchCheckedOut(HistoryError):
+    """kstui's branch is checked out in a working tree: kstui never moves it there (the session stops)."""
+
+
 @dataclass
 class HistoryEntry:
     sha: str
@@ -114,11 +118,14 @@ def _scenario_counts(text: str | None) -> tuple[int, int]:
 class History:
     """The accepted versions of one kernel, newest first, on branch `kstui/<kernel-stem>`."""
 
-    def __init__(self, kernel: Path, branch: str | None = None) -> None:
+    def __init__(self, kernel: Path, branch: str | None = None, *, create: bool = True) -> None:
+        """`create`: a kernel in no repository gets one (`created_repo` says so); a reader passes False
+        and gets a HistoryError instead."""
         self.kernel = Path(kernel).resolve()
         if not self.kernel.parent.is_dir():
             raise HistoryError(f"{self.kernel.parent} is not a directory")
-        self.repo = self._open_repo(self.kernel.parent)
+        self.created_repo = False
+        self.repo = self._open_repo(self.kernel.parent, create)
         root = Path(self.repo.working_tree_dir or self.kernel.parent).resolve()
         try:
             self.relpath = self.kernel.relative_to(root).as_posix()
@@ -142,11 +149,13 @@ class History:
 
     # --- setup -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _open_repo(directory: Path) -> git.Repo:
+    def _open_repo(self, directory: Path, create: bool) -> git.Repo:
         try:
             repo = git.Repo(directory, search_parent_directories=True)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            if not create:
+                raise HistoryError(f"{directory} is in no git repository: no accepted versions yet") from None
+            self.created_repo = True
             return git.Repo.init(directory)
         if repo.bare:
             raise HistoryError(f"{directory} is in a bare repository; kstui needs a working tree")
@@ -157,12 +166,23 @@ class History:
             self.repo.git.check_ref_format("--branch", self.branch)
         except git.GitCommandError:
             raise HistoryError(f"{self.branch!r} is not a valid git branch name") from None
-        if not self.repo.head.is_detached:
-            checked_out = self.repo.head.reference.path  # symbolic even when unborn
-            if checked_out == self.ref:
-                raise HistoryError(
-                    f"branch {self.branch!r} is checked out; kstui commits to a branch of its own (use --branch)"
-                )
+        self.check_not_checked_out()
+
+    def check_not_checked_out(self) -> None:
+        """Raise BranchCheckedOut when kstui's branch is checked out in any worktree of the repository:
+        committing would move HEAD under the person working there."""
+        if not self.repo.head.is_detached and self.repo.head.reference.path == self.ref:  # symbolic even unborn
+            raise BranchCheckedOut(
+                f"branch {self.branch!r} is checked out; kstui commits to a branch of its own (use --branch)")
+        listing = self.repo.git.worktree("list", "--porcelain")
+        path = ""
+        for line in listing.splitlines():
+            if line.startswith("worktree "):
+                path = line[len("worktree "):]
+            elif line == f"branch {self.ref}":
+                raise BranchCheckedOut(
+                    f"branch {self.branch!r} is checked out in {path}: kstui never moves a branch under a working "
+                    f"tree; switch that worktree to another branch (or use --branch)")
 
     def _identity_env(self) -> dict[str, str]:
         """The user's identity when configured (config or GIT_* env), else kstui's; never an error."""
@@ -384,6 +404,7 @@ class History:
         return self._scrub.dumps(result.to_dict())  # structural scrub: the note stays valid JSON
 
     def _commit(self, content: str, subject: str, trailers: list[tuple[str, str | None]], note: str | None) -> str:
+        self.check_not_checked_out()
         env = self._identity_env()
         blob = self._store("blob", content.encode("utf-8", "surrogateescape"))
         tip = self.tip()

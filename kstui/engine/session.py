@@ -450,6 +450,9 @@ class Session:
             for event in reconcile(self.history, self._resumed_events, self.state.session_id):
                 self._emit(event)
             self._resumed_events = []
+        if self.history.created_repo and not self._resumed:
+            self._emit(Notice(message=f"{self.history.repo.working_tree_dir} was in no git repository: kstui made "
+                                      f"one there for its history (branch {self.history.branch})", level="warning"))
         if self.config.manual and not self.config.no_agent:
             self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
                               level="warning"))
