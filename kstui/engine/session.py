@@ -599,6 +599,7 @@ class Session:
                 self._stopping = True
             return
         blocks = sendable_content(final.content, interrupted=final.interrupted)
+        sent_input = {b.get("id"): b.get("input") for b in final.content if b.get("type") == "tool_use"}
         self.conversation.add_assistant(blocks)
         self._check_limit_claim(turn, blocks)
         results: list[dict[str, Any]] = []
@@ -609,7 +610,7 @@ class Session:
                     results.append(tool_result(block["id"], "not run: the session was stopped", True))
                     continue
                 evaluated |= block.get("name") == "evaluate"
-                results.append(await self._run_tool(turn, block))
+                results.append(await self._run_tool(turn, block, sent_input.get(block["id"])))
         self.conversation.add_tool_results(results)
         self.conversation.end_turn(turn)
         stop_reason = "interrupted" if final.interrupted else self.agent.last_stop_reason
@@ -632,9 +633,9 @@ class Session:
             self._emit(event)
             self._self_ask("stall")
 
-    async def _run_tool(self, turn: int, block: dict[str, Any]) -> dict[str, Any]:
+    async def _run_tool(self, turn: int, block: dict[str, Any], raw: Any) -> dict[str, Any]:
+        """`raw`: the input as the model sent it (any JSON value; the toolbox refuses what is not an object)."""
         call_id, name = block["id"], block.get("name", "")
-        raw = block.get("input")
         self._emit(ToolCallStarted(turn=turn, call_id=call_id, name=name, input=raw if isinstance(raw, dict) else {}))
         self._status("evaluating" if name == "evaluate" else "tool")
         started = time.monotonic()
