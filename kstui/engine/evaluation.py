@@ -192,6 +192,9 @@ class Evaluator:
         changed = self._judge_changed()
         if changed:
             return changed
+        if not self.kernel.path.is_file():
+            self._emit(Error(message=f"{self.kernel.path.name} is missing: nothing to evaluate", where="executor"))
+            return f"not evaluated: {self.kernel.path.name} is missing"
         content = self.kernel.read()
         self.last_evaluated = content
         best_text = self._best_text()

@@ -481,11 +481,21 @@ class Session:
 
     async def _run_manual(self) -> str:
         self._status("idle")
+        gone = False
         while self._limit_reached() is None:
             await self._wake.wait()
             self._wake.clear()
             if self._stopping:
                 break
+            if not self.kernel.is_file():  # deleted (or mid-rename): the watcher wakes us when it is back
+                if not gone:
+                    self._emit(Notice(message=f"{self.kernel.name} is gone: waiting for it to come back",
+                                      level="warning"))
+                gone = True
+                continue
+            if gone:
+                gone = False
+                self._emit(Notice(message=f"{self.kernel.name} is back"))
             if self.file.read() != self.evaluator.last_evaluated:
                 await self.evaluator.evaluate()
         return self._limit_reached() or self._stop_reason
