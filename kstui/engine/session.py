@@ -65,6 +65,8 @@ _KERNEL_WRITERS = frozenset({"edit_file", "write_file", "bash"})
 AGENT_AFTER_MAX_WAIT_S = 5.0
 # How long `stop` waits for the run to end before cancelling it outright.
 STOP_WAIT_S = 5.0
+# A model stream silent this long is said to have stalled.
+STREAM_STALL_S = 60.0
 
 
 class Session:
@@ -96,6 +98,7 @@ class Session:
         self._pending_notes: list[str] = []  # told with the next message, never a reason for a turn of their own
         self._streaming = False
         self._tool_running = False
+        self._stream_seen = 0.0  # when the model's stream last sent an event (monotonic)
         self._stopping = False
         self._stop_reason = "stopped"
         self._wake = asyncio.Event()
@@ -589,9 +592,14 @@ class Session:
         final: AssistantMessage | None = None
         failure: str | None = None
         self._streaming = True
+        self._stream_seen = time.monotonic()
+        watchdog = asyncio.ensure_future(self._watch_stream())
         try:
             # A broken stream that the agent retries yields a partial AssistantMessage first: the last wins.
             async for event in self.agent.stream_turn(self.messages, turn):
+                self._stream_seen = time.monotonic()
+                if self.state.status == "stalled":
+                    self._status("thinking")
                 if isinstance(event, AssistantMessage):
                     final = event
                 self._emit(self.usage.total(event) if isinstance(event, Usage) else event)
@@ -599,6 +607,7 @@ class Session:
             failure = str(exc)
         finally:
             self._streaming = False
+            watchdog.cancel()
         if failure is not None or final is None:
             # The model API gave up (retries exhausted, a refused request): the session ends, nothing lost.
             self._emit(Error(message=failure or "the agent returned no reply", where="agent"))
@@ -627,6 +636,18 @@ class Session:
         self._emit(TurnFinished(turn=turn, stop_reason=stop_reason, interrupted=final.interrupted))
         self._stalled(self.stall.observe_turn(evaluated))
         self._status("idle")
+
+    async def _watch_stream(self) -> None:
+        """Say so when the model's stream has been silent for STREAM_STALL_S (the SDK's own read timeout
+        is minutes away): the status becomes "stalled" until the next event, and the person may interrupt."""
+        while True:
+            await asyncio.sleep(max(0.0, self._stream_seen + STREAM_STALL_S - time.monotonic()))
+            silent = time.monotonic() - self._stream_seen
+            if silent >= STREAM_STALL_S and self.state.status != "stalled":
+                self._emit(Notice(message=f"stream stalled: no event from the model for {silent:.0f} s "
+                                          f"(interrupt it: escape in the TUI, Ctrl-C headless)", level="warning"))
+                self._status("stalled")
+                self._stream_seen = time.monotonic()  # said again after as long a silence
 
     def _check_limit_claim(self, turn: int, blocks: list[dict[str, Any]]) -> None:
         text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")

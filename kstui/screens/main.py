@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # Below this the three columns do not fit side by side: they become tabs.
 MIN_WIDTH, MIN_HEIGHT = 100, 30
-WORKING = {"thinking", "tool", "evaluating"}
+WORKING = {"thinking", "stalled", "tool", "evaluating"}
 SESSION_ACTIONS = {"bank", "pause", "resume", "interrupt", "evaluate", "focus_question"}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_faster", "replay_slower"}
 COLUMNS = ("source", "middle", "speedup")
