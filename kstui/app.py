@@ -210,8 +210,10 @@ class KstuiApp(App[int]):
             self.quit_after_stop()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        if isinstance(screen, MainScreen):
+        main = isinstance(screen, MainScreen)
+        # Textual's own "Quit" beside kstui's would be a second one (and would skip the session's stop).
+        yield from (c for c in super().get_system_commands(screen) if not (main and c.callback == self.action_quit))
+        if main:
             for title, help_text, action in PALETTE:
                 if screen.check_action(action, ()):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))

@@ -307,7 +307,7 @@ class Evaluator:
         except Exception as exc:  # ExecutorError is the expected one; any other failure is reported alike
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self._last_error = message
-            self._emit(Error(message=f"evaluation {eval_no}: {message}", where="executor"))
+            # One line: the evaluation's own failure says it (an Error beside it said it twice).
             self._emit(EvaluationFinished(eval_no=eval_no, result=None, error=message, diff=diff, where=where,
                                           seconds=time.monotonic() - started))
             return eval_no, None

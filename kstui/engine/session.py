@@ -51,7 +51,7 @@ from kstui.engine.limits import limit_reached
 from kstui.engine.question_queue import QuestionQueue, QueuedQuestion
 from kstui.engine.reconcile import reconcile
 from kstui.engine.state import SessionState, SessionSummary, UsageLedger
-from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
+from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, set_meta_model, trace_path
 from kstui.engine.watcher import FileWatcher
 
 if TYPE_CHECKING:
@@ -352,6 +352,8 @@ class Session:
         try:
             if self._agent_pending:
                 await self._make_agent()
+            if self.agent is not None and self._trace_file is not None:
+                set_meta_model(self._trace_file.parent, self.agent.config.model)
             self._start()
             if not self._resumed:  # a resumed session keeps the start it had
                 self._start_task = asyncio.ensure_future(self._evaluate_start(self.file.known))
@@ -456,9 +458,12 @@ class Session:
         if self.history.created_repo and not self._resumed:
             self._emit(Notice(message=f"{self.history.repo.working_tree_dir} was in no git repository: kstui made "
                                       f"one there for its history (branch {self.history.branch})", level="warning"))
-        if self.config.manual and not self.config.no_agent:
-            self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
-                              level="warning"))
+        if self.config.no_agent:
+            self._emit(Notice(message="--no-agent: manual mode; start kstui without it (ANTHROPIC_API_KEY set) for "
+                                      "the agent"))
+        elif self.config.manual:
+            self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated); set it and "
+                                      "start kstui again for the agent", level="warning"))
 
     async def _evaluate_start(self, text: str) -> None:
         """The kernel as the user brought it, judged beside the agent's first turn (the text was read

@@ -76,7 +76,7 @@ def format_event(event: Event) -> str | None:
     if isinstance(event, SessionStarted):
         model = f" model {event.model}" if event.model else ""
         resumed = " (resumed)" if event.resumed else ""
-        sandbox = f"\n  {event.sandbox}" if event.sandbox else ""
+        sandbox = f"\n  agent's shell: {event.sandbox}" if event.sandbox else ""
         return f"session {event.session_id}{resumed}: {event.kernel} [{event.mode}{model}] branch {event.branch}{sandbox}"
     if isinstance(event, TurnStarted):
         return f"── turn {event.turn}"
@@ -212,10 +212,14 @@ class HeadlessPrinter:
 def best_line(session: Session) -> str:
     best = session.history.best()
     if best is None:
-        return f"best: nothing accepted ({session.state.evals} evaluations)"
+        return f"best: nothing accepted ({_evaluations(session.state.evals)})"
     return (f"best: {_geo(best.geomean)} geomean ({best.correct}/{best.total} correct), commit {best.short} "
             f"on {session.history.branch} — {session.state.accepted} accepted in this session, "
-            f"{session.state.evals} evaluations, ${session.state.cost_usd:.2f}")
+            f"{_evaluations(session.state.evals)}, ${session.state.cost_usd:.2f}")
+
+
+def _evaluations(count: int) -> str:
+    return f"{count} evaluation{'' if count == 1 else 's'}"
 
 
 async def _confirm_on_stdin(command: str) -> bool:
