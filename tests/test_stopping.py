@@ -16,12 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from process_support import start_hanging_eval, wait_gone
+from process_support import ROOT, start_hanging_eval, wait_gone
 
 from kstui.engine import events as ev
 from kstui.engine.trace import latest_session, read_trace, trace_path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -86,3 +84,40 @@ def test_a_sigkilled_kstui_leaves_no_evaluation_running(tmp_path: Path) -> None:
     proc.kill()
     proc.wait()
     assert wait_gone(eval_pid, 2.0), "the evaluation's shell outlived a SIGKILLed kstui"
+
+
+def test_the_tui_leaves_within_two_seconds_of_sigterm_and_gives_the_terminal_back(tmp_path: Path) -> None:
+    import shlex
+    import shutil
+    import uuid
+
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux")
+    from fakes import make_workspace
+
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    pidfile = tmp_path / "eval.pid"
+    eval_cmd = f"echo $$ > {shlex.quote(str(pidfile))}; sleep 300; echo {{file}}"
+    server = ["tmux", "-L", f"kstui-stop-{uuid.uuid4().hex[:8]}", "-f", "/dev/null"]
+    command = shlex.join(["env", "TERM=xterm-256color", f"PYTHONPATH={ROOT}", sys.executable, "-m", "kstui",
+                          str(kernel), "--no-agent", "--eval-cmd", eval_cmd])
+    subprocess.run([*server, "new-session", "-d", "-s", "t", "-x", "120", "-y", "30",
+                    f"{command}; echo KSTUI-EXIT=$?; sleep 60"], check=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert time.monotonic() < deadline, "the evaluation never started"
+            time.sleep(0.1)
+        shell = subprocess.run([*server, "display", "-p", "-t", "t", "#{pane_pid}"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        kstui = int(subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout.split()[0])
+        sent = time.monotonic()
+        os.kill(kstui, signal.SIGTERM)
+        while "KSTUI-EXIT=" not in (screen := subprocess.run([*server, "capture-pane", "-p", "-t", "t"],
+                                                             capture_output=True, text=True).stdout):
+            assert time.monotonic() - sent < 2.0, f"still running 2 s after SIGTERM:\n{screen}"
+            time.sleep(0.05)
+        assert "transcript" not in screen  # the alternate screen is gone: the shell's own lines show
+        assert wait_gone(int(pidfile.read_text()), 1.0)
+    finally:
+        subprocess.run([*server, "kill-server"], capture_output=True)
