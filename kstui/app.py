@@ -53,7 +53,8 @@ PALETTE = (
 class KstuiApp(App[int]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "kstui"
-    BINDINGS = [Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
+    # Ctrl-C means it: no "quit?" dialog (that is `q`'s), the session stops at once; again, kstui leaves.
+    BINDINGS = [Binding("ctrl+c", "interrupt_quit", "quit", show=False, priority=True)]
 
     def __init__(
         self,
@@ -200,6 +201,11 @@ class KstuiApp(App[int]):
         if self.session is not None:
             self.session.flush_trace()
         restore_terminal()
+
+    def action_interrupt_quit(self) -> None:
+        if self._stopping and self.stop_signals is not None:
+            self.stop_signals.exit_now()
+        self.quit_after_stop()
 
     async def action_quit(self) -> None:
         if self._stopping and self.stop_signals is not None:

@@ -61,3 +61,19 @@ async def test_the_command_palette_has_one_quit(tmp_path):
     async with live(tmp_path, None) as (app, pilot, session, log):
         titles = [c.title for c in app.get_system_commands(app.main)]
         assert sum("quit" in t.lower() for t in titles) == 1
+
+
+async def test_ctrl_c_stops_a_working_session_at_once_without_asking(tmp_path):
+    import time
+
+    from kstui.screens.confirm import ConfirmScreen
+
+    script = [reply(text("a long reply " * 40, chunks=40), delay_s=0.2)]
+    async with live(tmp_path, script) as (app, pilot, session, log):
+        await until(pilot, lambda: app.main.status == "thinking" and bool(log.of(ev.TextDelta)))
+        started = time.monotonic()
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: bool(log.of(ev.SessionEnded)) or not app.is_running, timeout=3)
+        assert time.monotonic() - started < 2.0
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert log.of(ev.SessionEnded)[0].reason == "stopped"
