@@ -24,6 +24,7 @@ from textual.timer import Timer
 from kstui.collector import HOLD_S, IDLE_S, IdleCollector
 from kstui.engine import events as ev
 from kstui.screens.main import MainScreen
+from kstui.stopping import StopSignals, restore_terminal, save_terminal
 from kstui.widgets.messages import SessionEvent
 from kstui.widgets.transcript import WINDOW
 
@@ -52,7 +53,8 @@ PALETTE = (
 class KstuiApp(App[int]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "kstui"
-    BINDINGS = [Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
+    # Ctrl-C means it: no "quit?" dialog (that is `q`'s), the session stops at once; again, kstui leaves.
+    BINDINGS = [Binding("ctrl+c", "interrupt_quit", "quit", show=False, priority=True)]
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class KstuiApp(App[int]):
                 transcript_window=transcript_window,
             )
         self._stopping = False
+        self.stop_signals: StopSignals | None = None  # SIGTERM (and SIGINT) while a session runs
         self._pending_delta: ev.TextDelta | ev.ThinkingDelta | None = None
         self._delta_timer: Timer | None = None
         self._first_frame = asyncio.Event()
@@ -98,6 +101,8 @@ class KstuiApp(App[int]):
             # on a thread, the import (about 2 s) still holds the GIL for most of it, and begun now it
             # made that frame come about half as late again.
             self.session.agent_after = self._first_frame
+            self.stop_signals = StopSignals(asyncio.get_running_loop(), self.quit_after_stop,
+                                            last_words=self._last_words).install()
             self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     def on_ready(self) -> None:
@@ -124,6 +129,8 @@ class KstuiApp(App[int]):
 
     def on_unmount(self) -> None:
         self._first_frame.set()  # an app that stops before its first frame leaves nothing waiting
+        if self.stop_signals is not None:
+            self.stop_signals.remove()
         self.collector.stop()
 
     async def confirm_shell(self, command: str) -> bool:
@@ -175,9 +182,12 @@ class KstuiApp(App[int]):
             self.forward(ev.Error(f"the session stopped: {exc}", where="session"))
 
     def quit_after_stop(self) -> None:
-        """Quit after the session has stopped, so that git and the trace are consistent."""
+        """Quit after the session has stopped, so that git and the trace are consistent; within
+        kstui.stopping.GRACE_S, else at once (the evaluation killed, the terminal restored)."""
         if not self._stopping:
             self._stopping = True
+            if self.stop_signals is not None:
+                self.stop_signals.request()
             self.run_worker(self._stop_then_exit(), name="stop-then-exit", exit_on_error=False)
 
     async def _stop_then_exit(self) -> None:
@@ -186,15 +196,30 @@ class KstuiApp(App[int]):
             await self.session.stop()
         self.exit(0)
 
+    def _last_words(self) -> None:
+        """A hurried exit: the stream text buffered for the trace is written and the terminal given back."""
+        if self.session is not None:
+            self.session.flush_trace()
+        restore_terminal()
+
+    def action_interrupt_quit(self) -> None:
+        if self._stopping and self.stop_signals is not None:
+            self.stop_signals.exit_now()
+        self.quit_after_stop()
+
     async def action_quit(self) -> None:
+        if self._stopping and self.stop_signals is not None:
+            self.stop_signals.exit_now()  # asked again while stopping: leave at once
         if isinstance(self.screen, MainScreen):
             self.screen.action_quit()
         else:
             self.quit_after_stop()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        if isinstance(screen, MainScreen):
+        main = isinstance(screen, MainScreen)
+        # Textual's own "Quit" beside kstui's would be a second one (and would skip the session's stop).
+        yield from (c for c in super().get_system_commands(screen) if not (main and c.callback == self.action_quit))
+        if main:
             for title, help_text, action in PALETTE:
                 if screen.check_action(action, ()):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
@@ -213,6 +238,7 @@ def _baseline_of(history: History) -> str | None:
 def run_session_app(session: Session, *, gc_held: bool = False) -> int:
     app = KstuiApp(kernel=_kernel_of(session), session=session, baseline=_baseline_of(session.history),
                    gc_held=gc_held)
+    save_terminal()
     return app.run() or 0
 
 
@@ -220,7 +246,7 @@ def run_log_app(kernel: Path, branch: str | None = None) -> int:
     from kstui.engine.history import History, HistoryError
 
     try:
-        history = History(kernel, branch)
+        history = History(kernel, branch, create=False)
     except HistoryError as exc:
         print(f"kstui: {exc}", file=sys.stderr)
         return 2
@@ -251,7 +277,7 @@ def run_replay_app(trace: Path) -> int:
         return 2
     kernel = replay_kernel(trace, events)
     try:
-        history = History(kernel) if kernel.exists() else None
+        history = History(kernel, create=False) if kernel.exists() else None
     except HistoryError:
         history = None
     from kstui.screens.replay import ReplayPlayer

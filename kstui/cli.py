@@ -41,7 +41,8 @@ def _run_parser(prog: str) -> _Parser:
     )
     p.add_argument("file", metavar="FILE", help="the kernel (.cu) to optimise; its task file (same name, .toml) sits beside it")
     p.add_argument("--headless", action="store_true", help="print events line by line instead of the TUI")
-    p.add_argument("--max-evals", type=_nonneg_int, metavar="N", help="stop after N evaluations")
+    p.add_argument("--max-evals", type=_nonneg_int, metavar="N", help="stop after N evaluations (the start's and re-checks included: a borderline version "
+                        "that cannot be re-checked within N is rejected)")
     p.add_argument("--max-cost", type=_nonneg_float, metavar="USD", help="stop once the model cost reaches USD")
     p.add_argument("--self-ask", action="store_true", default=None,
                    help="on a stall or a claimed limit, put a bank question to the agent")
@@ -120,6 +121,24 @@ def _check_workspace(workspace: Path) -> None:
         raise BadInput(f"{workspace}: workspace is not writable ({exc.strerror}); kstui keeps its sessions there") from None
 
 
+def _check_scenarios(kernel: Path, selection: str) -> None:
+    """An unknown scenario set is bad input now, not at the first evaluation (the task file read here,
+    where the harness would read it)."""
+    from harness.taskfile import TaskFileError, load_task_file
+    from harness.tasks import get_task
+    from harness.tasks.base import ScenarioError
+
+    try:
+        task_file = load_task_file(kernel)
+        task = get_task(task_file.task, task_file.options)
+    except (TaskFileError, KeyError):
+        return  # the task file's own error is the harness's to report, in the evaluation
+    try:
+        task.scenarios(selection, ())
+    except ScenarioError as exc:
+        raise BadInput(f"--scenarios {selection}: {exc}") from None
+
+
 def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
     """Validate everything and build the Session (raises BadInput); nothing has started yet."""
     from kstui.engine.config import ConfigError, build_config
@@ -142,6 +161,7 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         raise BadInput(str(exc)) from None
     if config.questions is not None and not config.questions.is_file():
         raise BadInput(f"{config.questions}: no such questions file")
+    _check_scenarios(kernel, config.scenarios)
     _check_workspace(config.workspace)
 
     from kstui.engine.bank import QuestionBank, QuestionBankError, bank_paths
@@ -161,6 +181,13 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
         history = History(config.kernel, config.branch)
     except HistoryError as exc:
         raise BadInput(str(exc)) from None
+    from kstui.engine.lock import KernelBusy, KernelLock
+
+    try:
+        lock = KernelLock(history.common_dir / "kstui-locks", config.kernel).acquire()
+    except KernelBusy as exc:
+        history.close()
+        raise BadInput(str(exc)) from None
     _check_guarded(config, history.git_dir, ask=None if headless or not sys.stdin.isatty() else input,
                    accept=args.accept_changes)
     try:
@@ -168,7 +195,9 @@ def prepare_session(args: argparse.Namespace, *, headless: bool) -> Any:
                                  warm=config.warm_workers, workspace=config.workspace)
     except ExecutorError as exc:
         raise BadInput(str(exc)) from None
-    return Session.build(config, executor, history=history, bank=bank)
+    session = Session.build(config, executor, history=history, bank=bank)
+    session.kernel_lock = lock
+    return session
 
 
 def _check_guarded(config: Any, git_dir: Path, *, ask: Callable[[str], str] | None, accept: bool) -> None:
@@ -200,7 +229,11 @@ def _cmd_run(argv: Sequence[str], prog: str) -> int:
     if args.headless:
         from kstui.views.headless import run_headless
 
-        return asyncio.run(run_headless(prepare_session(args, headless=True)))
+        session = prepare_session(args, headless=True)
+        try:
+            return asyncio.run(run_headless(session))
+        finally:
+            session.kernel_lock.release()
     # What start-up makes (modules, the session, the panes) lives as long as the app, so collecting
     # before the first frame only walks it (two or three full collections, 0.1-0.15 s on a 2-core
     # machine): the app turns collection back on once that frame is out.
@@ -210,7 +243,10 @@ def _cmd_run(argv: Sequence[str], prog: str) -> int:
         session = prepare_session(args, headless=False)
         from kstui.app import run_session_app
 
-        return run_session_app(session, gc_held=collecting)
+        try:
+            return run_session_app(session, gc_held=collecting)
+        finally:
+            session.kernel_lock.release()
     finally:
         if collecting:  # bad input, or an app that ended before its first frame
             gc.enable()
@@ -226,12 +262,15 @@ def _cmd_log(argv: Sequence[str]) -> int:
     if not kernel.is_file():
         raise BadInput(f"{kernel}: no such file")
     if args.print:
-        from kstui.engine.history import History, HistoryError
+        from kstui.engine.history import History, HistoryError, default_branch
 
         try:
-            entries = History(kernel.resolve(), args.branch).entries()
+            entries = History(kernel.resolve(), args.branch, create=False).entries()
         except HistoryError as exc:
             raise BadInput(str(exc)) from None
+        if not entries:
+            sys.stdout.write(f"no accepted version of {kernel.name} yet (branch {args.branch or default_branch(kernel)})\n")
+            return 0
         for e in entries:
             q = f"  [{e.question_source}] {e.question}" if e.question else ""
             sys.stdout.write(f"{e.short}  {e.message}{q}\n")
@@ -295,3 +334,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # a reader that stopped early (`| head`) wanted no more: no traceback
+        _quiet_stdout()
+        return 0
+
+
+def _quiet_stdout() -> None:
+    """Point the closed pipe's descriptor at /dev/null, so the interpreter's last flush is silent."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass

@@ -87,3 +87,27 @@ async def test_headless_output_holds_no_secret_and_no_terminal_control(tmp_path:
     printed = out.getvalue()
     assert key not in printed and "tok-abcdefghijklmnop" not in printed and "[redacted]" in printed
     assert "\x1b" not in printed and "\x07" not in printed and "\\x1b]52;c;" in printed
+
+
+def test_one_evaluation_is_singular_and_the_sandbox_line_is_labelled() -> None:
+    from types import SimpleNamespace
+
+    from kstui.engine.events import SessionStarted
+    from kstui.views.headless import best_line, format_event
+
+    session = SimpleNamespace(history=SimpleNamespace(best=lambda: None), state=SimpleNamespace(evals=1))
+    assert best_line(session) == "best: nothing accepted (1 evaluation)"  # type: ignore[arg-type]
+    line = format_event(SessionStarted(session_id="s", kernel="k.cu", mode="agent", model=None, branch="kstui/k",
+                                       sandbox="bubblewrap"))
+    assert line is not None and line.splitlines()[1] == "  agent's shell: bubblewrap"
+
+
+async def test_meta_json_names_the_model_of_an_agent_session(tmp_path: Path) -> None:
+    import json
+
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    with MessagesServer([reply(text("Nothing to do."))]) as server:
+        session = Session.build(_config(kernel, server), FakeExecutor())
+        await run_headless(session, io.StringIO())
+    meta = json.loads((session.trace_file.parent / "meta.json").read_text())
+    assert meta["model"] == session.agent.config.model and meta["model"]

@@ -210,3 +210,14 @@ async def test_spare_gpus_retime_the_best_beside_the_candidate(tmp_path: Path) -
     (accepted,) = log.of(Accepted)
     assert accepted.geomean < 1.0  # beats the fresh best (the start, re-timed), not the stale record
     assert not list(kernel.parent.glob(".k.kstui-*"))
+
+
+async def test_max_evals_holds_with_rechecks_counted(tmp_path: Path) -> None:
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    fake = FakeExecutor()
+    session, task, log = await _manual(kernel, fake, max_evals=3)
+    kernel.write_text(kernel_text(1.01))  # borderline: its re-checks (4 more) would go past 3
+    await session.evaluate_now()
+    await _finish(session, task)
+    assert len(fake.calls) == 2 and log.of(Accepted) == []
+    assert "re-checking it would go past --max-evals 3" in log.of(Rejected)[0].reason

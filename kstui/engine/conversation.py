@@ -167,7 +167,10 @@ def sendable_content(content: list[dict[str, Any]], *, interrupted: bool) -> lis
         elif kind == "redacted_thinking":
             out.append({"type": "redacted_thinking", "data": block["data"]})
         elif kind == "tool_use":
-            out.append({"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]})
+            # The API takes only an object back; any other JSON value the model sent got an error result.
+            tool_input = block.get("input")
+            out.append({"type": "tool_use", "id": block["id"], "name": block["name"],
+                        "input": tool_input if isinstance(tool_input, dict) else {}})
         else:
             out.append(block)
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,7 +32,7 @@ from kstui.engine.events import (
     Rejected,
     StartingPoint,
 )
-from kstui.engine.history import History, HistoryError
+from kstui.engine.history import BranchCheckedOut, History, HistoryError
 from kstui.engine.integrity import JudgeFingerprint
 from kstui.engine.kernel_file import KernelFile, unified_diff
 from kstui.engine.question_queue import QueuedQuestion
@@ -158,6 +159,7 @@ class Evaluator:
                 return await self._task
             finally:
                 self._task = None
+                self._wake()  # a budget it used up ends a session waiting for the next save
 
     async def _start_locked(self, text: str) -> StartingPoint:
         path = self._snapshots.write("start", text)
@@ -182,6 +184,9 @@ class Evaluator:
         try:
             if tip is None or self.history.content_at(tip) != text:
                 commit = self.history.commit_start(text, result, eval_no=eval_no).sha
+        except BranchCheckedOut as exc:
+            self._stop_for(str(exc))
+            commit = None
         except HistoryError as exc:
             self._emit(Error(message=f"could not commit the start: {exc}", where="git"))
             commit = None
@@ -192,6 +197,9 @@ class Evaluator:
         changed = self._judge_changed()
         if changed:
             return changed
+        if not os.path.lexists(self.kernel.path):  # a link, FIFO or device in its place is refused below
+            self._emit(Error(message=f"{self.kernel.path.name} is missing: nothing to evaluate", where="executor"))
+            return f"not evaluated: {self.kernel.path.name} is missing"
         content = self.kernel.read()
         self.last_evaluated = content
         refused = self._refused(content)
@@ -204,7 +212,8 @@ class Evaluator:
         fresh_best: EvalResult | None = None
         path = self._snapshots.write("candidate", content)
         try:
-            if best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios:
+            if (best_text is not None and self.executor.parallelism >= 2 and scenarios == self.config.scenarios
+                    and self._evals_left(2)):
                 (eval_no, result), fresh_best = await self._beside_best(path, best_text, scenarios, diff)
             else:
                 eval_no, result = await self._run(path, scenarios, diff=diff)
@@ -228,7 +237,11 @@ class Evaluator:
         verdict = decide(result, best_geomean, best_noise,
                         floor_pct=self.config.noise_floor_pct, borderline_factor=self.config.borderline_factor)
         if verdict.kind == "borderline":
-            verdict, result = await self._recheck(content, result, scenarios)
+            if self._evals_left(2 * max(1, self.config.recheck_rounds)):
+                verdict, result = await self._recheck(content, result, scenarios)
+            else:
+                verdict = Verdict("reject", f"borderline ({verdict.reason}), and re-checking it would go past "
+                                            f"--max-evals {self.config.max_evals}")
         if verdict.kind != "accept":
             return self._reject(eval_no, result, verdict.reason)
         return self._accept(eval_no, content, result, verdict)
@@ -248,6 +261,10 @@ class Evaluator:
         self._observed(False)
         return f"REJECTED: {reason}"
 
+    def _evals_left(self, count: int) -> bool:
+        """`count` more evaluations stay within --max-evals (re-checks count like any other)."""
+        return self.config.max_evals is None or self.state.evals + count <= self.config.max_evals
+
     def _reject(self, eval_no: int, result: EvalResult, reason: str) -> str:
         self._emit(Rejected(eval_no=eval_no, reason=reason, geomean=result.geomean_speedup))
         self._observed(False)
@@ -261,6 +278,10 @@ class Evaluator:
             entry = self.history.commit_accepted(content, result, previous=previous, turn=self.state.turn,
                                                  question=q.text if q else None,
                                                  question_source=q.source if q else None, eval_no=eval_no)
+        except BranchCheckedOut as exc:
+            self._emit(Rejected(eval_no=eval_no, reason=f"not committed: {exc}", geomean=result.geomean_speedup))
+            self._stop_for(str(exc))
+            return agent_summary(result) + f"\nNOT COMMITTED: {exc}; the session stops"
         except HistoryError as exc:
             self._emit(Error(message=f"could not commit the accepted version: {exc}", where="git"))
             self._emit(Rejected(eval_no=eval_no, reason=f"not committed: {exc}", geomean=result.geomean_speedup))
@@ -314,7 +335,7 @@ class Evaluator:
         except Exception as exc:  # ExecutorError is the expected one; any other failure is reported alike
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self._last_error = message
-            self._emit(Error(message=f"evaluation {eval_no}: {message}", where="executor"))
+            # One line: the evaluation's own failure says it (an Error beside it said it twice).
             self._emit(EvaluationFinished(eval_no=eval_no, result=None, error=message, diff=diff, where=where,
                                           seconds=time.monotonic() - started))
             return eval_no, None
@@ -360,6 +381,12 @@ class Evaluator:
         candidates = rounds["recheck candidate"]
         verdict = decide_recheck(candidates, rounds["recheck best"], floor_pct=self.config.noise_floor_pct)
         return verdict, candidates[-1]
+
+    def _stop_for(self, reason: str) -> None:
+        """Git refuses what the session is for: say so once and end the session."""
+        self._emit(Error(message=reason, where="git"))
+        self.state.stop_reason = "branch checked out"
+        self._wake()
 
     def _judge_changed(self) -> str | None:
         if not self.state.harness_ok:

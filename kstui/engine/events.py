@@ -73,7 +73,7 @@ class SessionEnded(Event):
 @dataclass
 class StatusChanged(Event):
     type: ClassVar[str] = "status_changed"
-    status: Literal["idle", "thinking", "tool", "evaluating", "paused", "stopped"]
+    status: Literal["idle", "thinking", "stalled", "tool", "evaluating", "paused", "stopped"]
 
 
 @_register

@@ -18,15 +18,17 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import git
 from gitdb.base import IStream
 
 from harness.result import EvalResult, SchemaError
+from kstui.engine.backup import backup_ref, save_unsaved
 from kstui.engine.result_view import baselines, commit_subject
 from kstui.engine.secrets import Scrubber
 
@@ -43,6 +45,7 @@ T_QUESTION = "Kstui-Question"
 T_QUESTION_SOURCE = "Kstui-Question-Source"
 T_RESTORES = "Kstui-Restores"
 T_START = "Kstui-Start"  # the kernel as the user brought it, evaluated at session start
+T_SESSION = "Kstui-Session"  # the session that made the commit (resume reconciles its own commits)
 
 # Repository-configured commands kstui never runs (each -c overrides the repository's own setting).
 SAFE_CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
@@ -60,6 +63,10 @@ class HistoryError(Exception):
     """One line for the user: what went wrong with the kernel's git history."""
 
 
+class BranchCheckedOut(HistoryError):
+    """kstui's branch is checked out in a working tree: kstui never moves it there (the session stops)."""
+
+
 @dataclass
 class HistoryEntry:
     sha: str
@@ -75,6 +82,7 @@ class HistoryEntry:
     turn: int | None = None
     restores: str | None = None  # the sha this commit restored, for a rewind
     start: bool = False  # the kernel as the user brought it (the start of the history)
+    session: str | None = None  # the session that made it
 
     @property
     def short(self) -> str:
@@ -123,11 +131,14 @@ def _scenario_counts(text: str | None) -> tuple[int, int]:
 class History:
     """The accepted versions of one kernel, newest first, on branch `kstui/<kernel-stem>`."""
 
-    def __init__(self, kernel: Path, branch: str | None = None) -> None:
+    def __init__(self, kernel: Path, branch: str | None = None, *, create: bool = True) -> None:
+        """`create`: a kernel in no repository gets one (`created_repo` says so); a reader passes False
+        and gets a HistoryError instead."""
         self.kernel = Path(kernel).resolve()
         if not self.kernel.parent.is_dir():
             raise HistoryError(f"{self.kernel.parent} is not a directory")
-        self.repo = self._open_repo(self.kernel.parent)
+        self.created_repo = False
+        self.repo = self._open_repo(self.kernel.parent, create)
         root = Path(self.repo.working_tree_dir or self.kernel.parent).resolve()
         self.git_dir = Path(self.repo.git_dir).resolve()
         self.root = root
@@ -141,6 +152,14 @@ class History:
         self.ref = f"refs/heads/{self.branch}"
         self._check_branch_name()
         self._scrub = Scrubber.from_environ()
+        self.last_backup: str | None = None  # the backup the last restore made of the file it replaced
+        self.session_id: str | None = None  # set by the session: a trailer on each commit it makes
+
+    @property
+    def common_dir(self) -> Path:
+        """The repository's common git directory (the main one, for a linked worktree): what every
+        worktree of it shares (branches, config, hooks, kstui's locks)."""
+        return Path(self.repo.common_dir).resolve()
 
     def close(self) -> None:
         """End gitpython's helper processes (cat-file) for this repository."""
@@ -148,11 +167,13 @@ class History:
 
     # --- setup -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _open_repo(directory: Path) -> git.Repo:
+    def _open_repo(self, directory: Path, create: bool) -> git.Repo:
         try:
             repo = git.Repo(directory, search_parent_directories=True)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            if not create:
+                raise HistoryError(f"{directory} is in no git repository: no accepted versions yet") from None
+            self.created_repo = True
             return git.Repo.init(directory)
         if repo.bare:
             raise HistoryError(f"{directory} is in a bare repository; kstui needs a working tree")
@@ -163,12 +184,23 @@ class History:
             self.repo.git.check_ref_format("--branch", self.branch)
         except git.GitCommandError:
             raise HistoryError(f"{self.branch!r} is not a valid git branch name") from None
-        if not self.repo.head.is_detached:
-            checked_out = self.repo.head.reference.path  # symbolic even when unborn
-            if checked_out == self.ref:
-                raise HistoryError(
-                    f"branch {self.branch!r} is checked out; kstui commits to a branch of its own (use --branch)"
-                )
+        self.check_not_checked_out()
+
+    def check_not_checked_out(self) -> None:
+        """Raise BranchCheckedOut when kstui's branch is checked out in any worktree of the repository:
+        committing would move HEAD under the person working there."""
+        if not self.repo.head.is_detached and self.repo.head.reference.path == self.ref:  # symbolic even unborn
+            raise BranchCheckedOut(
+                f"branch {self.branch!r} is checked out; kstui commits to a branch of its own (use --branch)")
+        listing = self.repo.git.worktree("list", "--porcelain")
+        path = ""
+        for line in listing.splitlines():
+            if line.startswith("worktree "):
+                path = line[len("worktree "):]
+            elif line == f"branch {self.ref}":
+                raise BranchCheckedOut(
+                    f"branch {self.branch!r} is checked out in {path}: kstui never moves a branch under a working "
+                    f"tree; switch that worktree to another branch (or use --branch)")
 
     def _identity_env(self) -> dict[str, str]:
         """The user's identity when configured (config or GIT_* env), else kstui's; never an error."""
@@ -238,6 +270,7 @@ class History:
             turn=_int_or_none(trailers.get(T_TURN)),
             restores=trailers.get(T_RESTORES),
             start=T_START in trailers,
+            session=trailers.get(T_SESSION),
         )
 
     def entry(self, sha: str) -> HistoryEntry:
@@ -331,6 +364,7 @@ class History:
             (T_EVAL, str(eval_no)),
             (T_TURN, str(turn) if turn is not None else None),
             *extra,
+            (T_SESSION, self.session_id),
         ]
         sha = self._commit(content, subject, trailers, self._note_of(result))
         # The entry as written: exactly what entries() will read back for this commit.
@@ -350,11 +384,39 @@ class History:
             (T_EVAL, str(entry.eval_no) if entry.eval_no is not None else None),
             (T_TURN, str(turn) if turn is not None else None),
             (T_RESTORES, entry.sha),
+            (T_SESSION, self.session_id),
         ]
         result = self.result_of(entry.sha)
+        self.last_backup = save_unsaved(self)  # what the file holds now, if no commit does
         new = self._commit(content, subject, trailers, self._note_of(result) if result else None)
         _write_atomically(self.kernel, content)
         return new
+
+    def backup_said(self) -> str | None:
+        """One line about the last restore's backup, if it made one."""
+        if self.last_backup is None:
+            return None
+        return (f"the kernel file held changes in no commit: saved as {self.last_backup[:8]} on "
+                f"{backup_ref(self.branch)} before the restore (git show {self.last_backup[:8]}:{self.relpath})")
+
+    def rev(self, ref: str) -> str | None:
+        """The commit a ref points at, or None."""
+        try:
+            return self.repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}") or None
+        except git.GitCommandError:
+            return None
+
+    def commit_backup(self, data: bytes) -> str:
+        """The kernel's bytes as a commit on kstui's backup ref (never a branch): the sha."""
+        ref = backup_ref(self.branch)
+        last = self.rev(ref)
+        base = last or self.tip() or (self.repo.head.commit.hexsha if self.repo.head.is_valid() else None)
+        tree = self._tree_with_kernel(base, self._store("blob", data))
+        message = f"{self.kernel.stem}: backup of the kernel file before kstui wrote over it"
+        args = [tree, "--no-gpg-sign", "-m", message, *(["-p", last] if last else [])]
+        sha = self.repo.git.commit_tree(*args, env=self._identity_env())
+        self.repo.git.update_ref("-m", "kstui: backup", ref, sha, last or _ZERO_SHA)
+        return sha
 
     def _note_of(self, result: EvalResult) -> str:
         return self._scrub.dumps(result.to_dict())  # structural scrub: the note stays valid JSON
@@ -371,6 +433,7 @@ class History:
 
     def _commit(self, content: str, subject: str, trailers: list[tuple[str, str | None]], note: str | None) -> str:
         self.check_repository()
+        self.check_not_checked_out()
         env = self._identity_env()
         blob = self._store("blob", content.encode("utf-8", "surrogateescape"))
         tip = self.tip()
@@ -383,15 +446,32 @@ class History:
         if parent:
             args[1:1] = ["-p", parent]
         sha = self.repo.git.commit_tree(*args, env=env)
+        _step("committed")
+        # The note before the branch moves: a kill between the two leaves an unreachable commit with a
+        # note, never a version on the branch without its result.
+        if note is not None:
+            note_blob = self._store("blob", note.encode("utf-8"))
+            self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=env)
+            _step("noted")
         try:
             # compare-and-swap: fails, rather than losing a commit, if the branch moved meanwhile
             self.repo.git.update_ref("-m", f"kstui: {subject}", self.ref, sha, tip or _ZERO_SHA)
         except git.GitCommandError:
             raise HistoryError(f"{self.branch} moved while kstui was committing; nothing was changed") from None
-        if note is not None:
-            note_blob = self._store("blob", note.encode("utf-8"))
-            self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=env)
+        _step("advanced")
         return sha
+
+    def add_note(self, sha: str, result: EvalResult) -> None:
+        """Attach a result to a commit that lacks one (a commit made by a kstui killed before its note)."""
+        note_blob = self._store("blob", self._note_of(result).encode("utf-8"))
+        self.repo.git.notes("--ref", NOTES_REF, "add", "-f", "-C", note_blob, sha, env=self._identity_env())
+
+    def has_note(self, sha: str) -> bool:
+        try:
+            self.repo.git.notes("--ref", NOTES_REF, "list", sha)
+            return True
+        except git.GitCommandError:
+            return False
 
     def _tree_with_kernel(self, parent: str | None, blob: str) -> str:
         mode = "100644"
@@ -411,6 +491,15 @@ class History:
     def _store(self, kind: str, data: bytes) -> str:
         stream = self.repo.odb.store(IStream(kind, len(data), BytesIO(data)))
         return stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha
+
+
+# Called between the steps of a commit ("committed", "noted", "advanced"): tests kill the process there.
+STEP_HOOK: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if STEP_HOOK is not None:
+        STEP_HOOK(name)
 
 
 def _split_stream(stream: BinaryIO, sep: bytes, chunk: int = 1 << 16) -> Iterator[bytes]:

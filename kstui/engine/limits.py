@@ -10,6 +10,8 @@ def limit_reached(config: SessionConfig, state: SessionState) -> str | None:
     """The reason the session must end now, or None."""
     if not state.harness_ok:
         return "harness changed"
+    if state.stop_reason is not None:
+        return state.stop_reason
     if config.max_evals is not None and state.evals >= config.max_evals:
         return "max evals reached"
     if config.max_cost is not None and state.cost_usd >= config.max_cost:

@@ -50,19 +50,25 @@ from kstui.engine.history import History, HistoryError
 from kstui.engine.kernel_file import KernelFile, unified_diff
 from kstui.engine.limits import limit_reached
 from kstui.engine.question_queue import QuestionQueue, QueuedQuestion
+from kstui.engine.reconcile import reconcile
 from kstui.engine.secrets import Scrubber
 from kstui.engine.state import SessionState, SessionSummary, UsageLedger
-from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, trace_path
+from kstui.engine.trace import TraceWriter, create_session, latest_session, read_trace, set_meta_model, trace_path
 from kstui.engine.watcher import FileWatcher
 
 if TYPE_CHECKING:
     from kstui.engine.agent import Agent
+    from kstui.engine.lock import KernelLock
     from kstui.engine.tools import Toolbox
     from kstui.executors.protocol import Executor
 
 _KERNEL_WRITERS = frozenset({"edit_file", "write_file", "bash"})
 # The longest `_make_agent` waits for `agent_after` (a view's first frame) before importing the SDK anyway.
 AGENT_AFTER_MAX_WAIT_S = 5.0
+# How long `stop` waits for the run to end before cancelling it outright.
+STOP_WAIT_S = 5.0
+# A model stream silent this long is said to have stalled.
+STREAM_STALL_S = 60.0
 
 
 class Session:
@@ -93,6 +99,8 @@ class Session:
         self._pending_edits: list[str] = []
         self._pending_notes: list[str] = []  # told with the next message, never a reason for a turn of their own
         self._streaming = False
+        self._tool_running = False
+        self._stream_seen = 0.0  # when the model's stream last sent an event (monotonic)
         self._stopping = False
         self._stop_reason = "stopped"
         self._wake = asyncio.Event()
@@ -102,12 +110,14 @@ class Session:
         self._last_question: QueuedQuestion | None = None
         self._watcher: FileWatcher | None = None
         self._resumed = False
+        self._resumed_events: list[Event] = []
         self._pending_rewind: tuple[str, str, int] | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._agent_pending = False  # build(): the agent is made when run() starts
         # Set by a view that draws on this loop: the SDK's import waits for it (its first frame), at most
         # AGENT_AFTER_MAX_WAIT_S. None (headless): the agent is made at once.
         self.agent_after: asyncio.Event | None = None
+        self.kernel_lock: KernelLock | None = None  # held by the CLI's session: one kstui per kernel
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -152,7 +162,8 @@ class Session:
         return Toolbox(
             self.workspace, self.kernel, evaluate=self._tool_evaluate, session_scenarios=self.config.scenarios,
             protected=[self.config.harness_dir, self.workspace / ".kstui", self.workspace / ".git",
-                       *guarded_files(self.config), self.history.git_dir],
+                       *guarded_files(self.config), self.history.git_dir,
+                       self.history.common_dir],
             confirm_shell=self._confirm_shell if self.config.confirm_shell else None,
             bash_timeout_s=self.config.bash_timeout_s, sandbox=sandbox,
             unconfined_shell=self.config.unconfined_shell, shell_off=self._sandbox_notice,
@@ -268,18 +279,29 @@ class Session:
         if self._streaming and self.agent is not None:
             self.agent.interrupt()
 
-    async def stop(self) -> None:
-        """End the session: the stream and any evaluation are cancelled; git and trace stay consistent."""
+    def request_stop(self) -> None:
+        """Begin ending the session, without waiting: the stream, a running tool and the evaluation are
+        cancelled; `run` then closes the trace and returns. Safe to call from a signal's callback."""
         self._stopping = True
         self._stop_reason = "stopped"
         self.interrupt()
         self._wake.set()
         self._unpaused.set()
         self.evaluator.cancel()
+        if self._tool_running and self._run_task is not None and not self._run_task.done():
+            self._run_task.cancel()  # the tool's own cleanup (a killed process group) runs on cancellation
+
+    def flush_trace(self) -> None:
+        """Write the trace's buffered stream text now (a hurried exit's last words)."""
+        self._bus.flush()
+
+    async def stop(self) -> None:
+        """End the session and wait for `run` to finish: git and the trace stay consistent."""
+        self.request_stop()
         task = self._run_task
         if task is not None and task is not asyncio.current_task() and not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(task), timeout=30)
+                await asyncio.wait_for(asyncio.shield(task), timeout=STOP_WAIT_S)
             except asyncio.TimeoutError:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -303,6 +325,8 @@ class Session:
                 return
             old_text = self.file.known
             self.evaluator.last_evaluated = self.file.take_as_known()
+            if (said := self.history.backup_said()) is not None:
+                self._emit(Notice(message=said, level="warning"))
         if truncate_context and self.agent is not None and entry.turn in self.conversation.turn_ends:
             self._pending_rewind = (entry.sha, new, entry.turn)
         else:
@@ -333,6 +357,8 @@ class Session:
         try:
             if self._agent_pending:
                 await self._make_agent()
+            if self.agent is not None and self._trace_file is not None:
+                set_meta_model(self._trace_file.parent, self.agent.config.model)
             self._start()
             if not self._resumed:  # a resumed session keeps the start it had
                 self._start_task = asyncio.ensure_future(self._evaluate_start(self.file.known))
@@ -390,9 +416,11 @@ class Session:
         self.state.session_id = directory.name
         self._trace_file = trace_path(directory)
         self._bus.open(TraceWriter(self._trace_file, extra_secrets=[self.config.api_key or ""]))
+        self.history.session_id = directory.name
         if resumed_events:
             self._resumed = True
             self._restore_from(resumed_events)
+            self._resumed_events = resumed_events
 
     def _restore_from(self, events: list[Event]) -> None:
         """Rebuild the conversation, counters, queue, spending and question use from a trace."""
@@ -429,9 +457,19 @@ class Session:
         spent = self.usage.offset_usage(model or "")
         if spent is not None:
             self._emit(spent)  # the views count from what the resumed session had already spent
-        if self.config.manual and not self.config.no_agent:
-            self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated)",
-                              level="warning"))
+        if self._resumed:
+            for event in reconcile(self.history, self._resumed_events, self.state.session_id):
+                self._emit(event)
+            self._resumed_events = []
+        if self.history.created_repo and not self._resumed:
+            self._emit(Notice(message=f"{self.history.repo.working_tree_dir} was in no git repository: kstui made "
+                                      f"one there for its history (branch {self.history.branch})", level="warning"))
+        if self.config.no_agent:
+            self._emit(Notice(message="--no-agent: manual mode; start kstui without it (ANTHROPIC_API_KEY set) for "
+                                      "the agent"))
+        elif self.config.manual:
+            self._emit(Notice(message="no ANTHROPIC_API_KEY: manual mode (every save is evaluated); set it and "
+                                      "start kstui again for the agent", level="warning"))
 
     async def _evaluate_start(self, text: str) -> None:
         """The kernel as the user brought it, judged beside the agent's first turn (the text was read
@@ -457,11 +495,21 @@ class Session:
 
     async def _run_manual(self) -> str:
         self._status("idle")
+        gone = False
         while self._limit_reached() is None:
             await self._wake.wait()
             self._wake.clear()
             if self._stopping:
                 break
+            if not self.kernel.is_file():  # deleted (or mid-rename): the watcher wakes us when it is back
+                if not gone:
+                    self._emit(Notice(message=f"{self.kernel.name} is gone: waiting for it to come back",
+                                      level="warning"))
+                gone = True
+                continue
+            if gone:
+                gone = False
+                self._emit(Notice(message=f"{self.kernel.name} is back"))
             if self.file.read() != self.evaluator.last_evaluated:
                 await self.evaluator.evaluate()
         return self._limit_reached() or self._stop_reason
@@ -555,9 +603,14 @@ class Session:
         final: AssistantMessage | None = None
         failure: str | None = None
         self._streaming = True
+        self._stream_seen = time.monotonic()
+        watchdog = asyncio.ensure_future(self._watch_stream())
         try:
             # A broken stream that the agent retries yields a partial AssistantMessage first: the last wins.
             async for event in self.agent.stream_turn(self.messages, turn):
+                self._stream_seen = time.monotonic()
+                if self.state.status == "stalled":
+                    self._status("thinking")
                 if isinstance(event, AssistantMessage):
                     final = event
                 self._emit(self.usage.total(event) if isinstance(event, Usage) else event)
@@ -565,6 +618,7 @@ class Session:
             failure = str(exc)
         finally:
             self._streaming = False
+            watchdog.cancel()
         if failure is not None or final is None:
             # The model API gave up (retries exhausted, a refused request): the session ends, nothing lost.
             self._emit(Error(message=failure or "the agent returned no reply", where="agent"))
@@ -575,6 +629,7 @@ class Session:
                 self._stopping = True
             return
         blocks = sendable_content(final.content, interrupted=final.interrupted)
+        sent_input = {b.get("id"): b.get("input") for b in final.content if b.get("type") == "tool_use"}
         self.conversation.add_assistant(blocks)
         self._check_limit_claim(turn, blocks)
         results: list[dict[str, Any]] = []
@@ -585,13 +640,25 @@ class Session:
                     results.append(tool_result(block["id"], "not run: the session was stopped", True))
                     continue
                 evaluated |= block.get("name") == "evaluate"
-                results.append(await self._run_tool(turn, block))
+                results.append(await self._run_tool(turn, block, sent_input.get(block["id"])))
         self.conversation.add_tool_results(results)
         self.conversation.end_turn(turn)
         stop_reason = "interrupted" if final.interrupted else self.agent.last_stop_reason
         self._emit(TurnFinished(turn=turn, stop_reason=stop_reason, interrupted=final.interrupted))
         self._stalled(self.stall.observe_turn(evaluated))
         self._status("idle")
+
+    async def _watch_stream(self) -> None:
+        """Say so when the model's stream has been silent for STREAM_STALL_S (the SDK's own read timeout
+        is minutes away): the status becomes "stalled" until the next event, and the person may interrupt."""
+        while True:
+            await asyncio.sleep(max(0.0, self._stream_seen + STREAM_STALL_S - time.monotonic()))
+            silent = time.monotonic() - self._stream_seen
+            if silent >= STREAM_STALL_S and self.state.status != "stalled":
+                self._emit(Notice(message=f"stream stalled: no event from the model for {silent:.0f} s "
+                                          f"(interrupt it: escape in the TUI, Ctrl-C headless)", level="warning"))
+                self._status("stalled")
+                self._stream_seen = time.monotonic()  # said again after as long a silence
 
     def _check_limit_claim(self, turn: int, blocks: list[dict[str, Any]]) -> None:
         text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
@@ -608,22 +675,27 @@ class Session:
             self._emit(event)
             self._self_ask("stall")
 
-    async def _run_tool(self, turn: int, block: dict[str, Any]) -> dict[str, Any]:
+    async def _run_tool(self, turn: int, block: dict[str, Any], raw: Any) -> dict[str, Any]:
+        """`raw`: the input as the model sent it (any JSON value; the toolbox refuses what is not an object)."""
         call_id, name = block["id"], block.get("name", "")
-        raw = block.get("input")
         self._emit(ToolCallStarted(turn=turn, call_id=call_id, name=name, input=raw if isinstance(raw, dict) else {}))
         self._status("evaluating" if name == "evaluate" else "tool")
         started = time.monotonic()
         # Only these tools can write the kernel: a change during any other one is the human's.
         self.file.tool_writing = name in _KERNEL_WRITERS
+        self._tool_running = True
         try:
             outcome = await self.toolbox.run(name, raw)  # type: ignore[arg-type]  # the toolbox checks it
             text, is_error = outcome.text, outcome.is_error
         except asyncio.CancelledError:
             text, is_error = "not finished: the session was stopped", True
+            if not self._stopping:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]  # request_stop's own cancel, handled
         except Exception as exc:  # the toolbox promises not to raise; if it does, the agent hears why
             text, is_error = f"tool {name} failed: {type(exc).__name__}: {exc}", True
         finally:
+            self._tool_running = False
             if self.file.tool_writing:
                 self.file.take_as_known()  # whatever the tool did to the kernel is the agent's
             self.file.tool_writing = False

@@ -33,6 +33,7 @@ class SessionState:
     best_commit: str | None = None
     paused: bool = False
     harness_ok: bool = True
+    stop_reason: str | None = None  # something the session cannot go on with (its branch checked out)
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0

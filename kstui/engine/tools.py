@@ -30,6 +30,9 @@ from kstui.engine.sandbox import MEMORY_BYTES, NPROC, Sandbox
 from kstui.engine.secrets import shell_environment
 
 _LIST_LIMIT = 1000
+# Files the line tools (read_file by lines, edit_file) take in whole: a source is far smaller, and a huge
+# (or sparse) file read whole would cost seconds and gigabytes.
+FILE_LIMIT = 16 * 1024 * 1024
 _SKIP_DIRS = {".git", ".kstui", "__pycache__"}
 _READ_CHUNK = 1 << 16
 _REAP_GRACE_S = 1.0  # after the command exits: how long background jobs may hold its output open
@@ -226,6 +229,7 @@ class Toolbox:
         first, last = start or 1, end
         if first < 1 or (last is not None and last < first):
             raise ToolError("start_line must be ≥ 1 and end_line ≥ start_line")
+        _check_size(path, args["path"], "reading by lines")
         lines: list[str] = []
         length = 0
         with path.open(encoding="utf-8", errors="replace") as f:
@@ -247,6 +251,7 @@ class Toolbox:
             raise ToolError("old_string and new_string are the same; nothing to change")
         if not path.is_file():
             raise ToolError(f"{args['path']} does not exist" if not path.exists() else f"{args['path']} is not a file")
+        _check_size(path, args["path"], "editing")
         text = path.read_text(encoding="utf-8")
         count = text.count(old)
         if count == 0:
@@ -457,3 +462,10 @@ def _opt_int(args: dict[str, Any], key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ToolError(f"argument {key!r} must be an integer")
     return value
+
+
+def _check_size(path: Path, shown: str, tool: str) -> None:
+    size = path.stat().st_size
+    if size > FILE_LIMIT:
+        raise ToolError(f"{shown} has {size:,} bytes: {tool} takes files up to {FILE_LIMIT // (1024 * 1024)} MiB "
+                        "(read_file without lines shows its start)")

@@ -227,6 +227,18 @@ def create_session(workspace: Path, kernel: Path, model: str | None, *, now: flo
     return directory
 
 
+def set_meta_model(directory: Path, model: str) -> None:
+    """Record the model once it is known (the agent picks its default after the session directory exists)."""
+    path = Path(directory) / META_NAME
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("model") == model:
+        return
+    data["model"] = model
+    tmp = path.with_name(META_NAME + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def read_meta(directory: Path) -> SessionMeta | None:
     try:
         data = json.loads((Path(directory) / META_NAME).read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+from kstui.executors import lifeline
 from kstui.executors.process import Completed, kill_group
 from kstui.executors.protocol import ExecutorError, ProgressCallback
 
@@ -41,9 +42,11 @@ class HarnessServer:
             try:
                 self._proc = await asyncio.create_subprocess_exec(
                     *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd, start_new_session=True, limit=1 << 26)
+                    stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd, start_new_session=True,
+                    preexec_fn=lifeline.tie_to_parent(), limit=1 << 26)
             except OSError as exc:
                 raise ExecutorError(f"local harness: cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+            lifeline.track(self._proc.pid)
             self._stderr.clear()
             self._tasks = [asyncio.ensure_future(self._read_replies(self._proc)),
                            asyncio.ensure_future(self._read_stderr(self._proc))]
@@ -65,6 +68,7 @@ class HarnessServer:
             if fut is not None and not fut.done():
                 fut.set_result(reply)
         await proc.wait()
+        lifeline.untrack(proc.pid)
         tail = next((ln for ln in reversed(self._stderr) if ln.strip()), "")
         why = f"the harness server exited (status {proc.returncode})" + (f": {tail[:300]}" if tail else "")
         for fut in self._pending.values():
@@ -95,9 +99,11 @@ class HarnessServer:
         except (BrokenPipeError, ConnectionResetError):
             reply = await self._last_words(fut)
         except asyncio.TimeoutError:
+            fut.cancel()  # no one reads the failure the killed server's reader would set on it
             await self._kill()
             raise ExecutorError(f"local harness timed out after {timeout_s:g} s (killed)") from None
         except asyncio.CancelledError:
+            fut.cancel()
             await self._kill()
             raise
         finally:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kstui.executors import lifeline
 from kstui.executors.protocol import ExecutorError
 
 # Bytes kept per output stream: a real EvalResult is far smaller, so more is garbage, not a result.
@@ -45,9 +46,11 @@ async def run_process(
             env=env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=lifeline.tie_to_parent(),
         )
     except OSError as exc:
         raise ExecutorError(f"{what}: cannot start {argv[0]}: {exc.strerror or exc}") from None
+    lifeline.track(proc.pid)
     readers = [asyncio.ensure_future(_drain(proc.stdout)), asyncio.ensure_future(_drain(proc.stderr, on_stderr_line))]
     try:
         await asyncio.wait_for(_feed_and_wait(proc, stdin), timeout_s)
@@ -62,6 +65,7 @@ async def run_process(
         _, pending = await asyncio.wait(readers, timeout=_PIPE_GRACE_S)
         for task in pending:
             task.cancel()
+        lifeline.untrack(proc.pid)
     out, err = (t.result() if t.done() and not t.cancelled() else b"" for t in readers)
     return Completed(proc.returncode if proc.returncode is not None else -1, out, err)
 

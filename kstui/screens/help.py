@@ -35,6 +35,8 @@ MORE_KEYS = (
     ("tab / shift+tab", "move focus between panes"),
     ("s / r (scenario table)", "sort by the next column / reverse"),
     ("mouse: drag a divider", "move the edge between two columns, as [ ] { } do"),
+    ("1 / 2 / 3 (narrow terminal)", "show the source, transcript or speedup tab"),
+    ("ctrl+p", "command palette"),
 )
 
 

@@ -192,6 +192,8 @@ class HistoryScreen(Screen):
                 new = self.history.entries()[0].sha
             else:
                 new = self.history.restore(sha)
+                if (said := self.history.backup_said()) is not None:
+                    self.notify(said, severity="warning", timeout=15)
         except Exception as exc:  # a failed restore is reported; nothing is lost either way
             self.notify(f"restore failed: {exc}", severity="error")
             return

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # Below this the three columns do not fit side by side: they become tabs.
 MIN_WIDTH, MIN_HEIGHT = 100, 30
-WORKING = {"thinking", "tool", "evaluating"}
+WORKING = {"thinking", "stalled", "tool", "evaluating"}
 SESSION_ACTIONS = {"bank", "pause", "resume", "interrupt", "evaluate", "focus_question"}
 REPLAY_ACTIONS = {"replay_toggle", "replay_step", "replay_faster", "replay_slower"}
 COLUMNS = ("source", "middle", "speedup")
@@ -80,6 +80,10 @@ class MainScreen(Screen):
         Binding("right_square_bracket", "resize('source', 1)", "wider source", show=False),
         Binding("left_curly_bracket", "resize('speedup', -1)", "narrower speedup", show=False),
         Binding("right_curly_bracket", "resize('speedup', 1)", "wider speedup", show=False),
+        # A terminal too small for three columns shows one at a time, as tabs.
+        Binding("1", "show_tab('source')", "source tab", show=False),
+        Binding("2", "show_tab('middle')", "transcript tab", show=False),
+        Binding("3", "show_tab('speedup')", "speedup tab", show=False),
     ]
 
     def __init__(
@@ -107,7 +111,9 @@ class MainScreen(Screen):
         self.speedup = SpeedupPanel(id="speedup", classes="column")
         self.queue = QueueList(id="queue")
         self.box = QuestionBox(id="question")
-        self.footer = AlertFooter()
+        # The palette (ctrl+p, in the help) leaves the footer's room to kstui's keys: at 80 columns
+        # they all fit, `q quit` last.
+        self.footer = AlertFooter(show_command_palette=False)
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -229,6 +235,8 @@ class MainScreen(Screen):
             return self.pause_requested
         if action == "history" and self._history() is None:
             return False
+        if action in ("resize", "show_tab"):  # columns are resized when side by side; tabs exist when narrow
+            return self.has_class("-narrow") == (action == "show_tab")
         return True
 
     def _history(self) -> History | None:
@@ -301,6 +309,15 @@ class MainScreen(Screen):
         else:
             self.app.quit_after_stop()
 
+    def action_show_tab(self, column: str) -> None:
+        self.query_one("#tabs", Tabs).active = f"tab-{column}"
+        # Focus follows the tab: a focus left in a hidden pane (the question box) would take the next keys.
+        target = {"source": self.source, "middle": self.transcript, "speedup": self.speedup}[column]
+        if target.focusable:
+            target.focus()
+        else:
+            self.set_focus(None)
+
     def action_resize(self, column: str, delta: int) -> None:
         if self.split.move(column, delta, self.size.width - DIVIDERS):
             self._move_divider()
@@ -348,6 +365,8 @@ class MainScreen(Screen):
 
     def _layout_for(self, width: int, height: int) -> None:
         narrow = width < MIN_WIDTH or height < MIN_HEIGHT
+        if narrow != self.has_class("-narrow"):
+            self.refresh_bindings()  # the tab keys and [ ] { } swap places
         self.set_class(narrow, "-narrow")
         self._apply_widths(width)
         self.query_one("#tabs", Tabs).display = narrow

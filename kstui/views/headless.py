@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TextIO
@@ -38,6 +37,7 @@ from kstui.engine.events import (
     UserMessage,
 )
 from kstui.engine.result_view import one_line
+from kstui.stopping import StopSignals
 
 if TYPE_CHECKING:
     from kstui.engine.session import Session
@@ -76,7 +76,7 @@ def format_event(event: Event) -> str | None:
     if isinstance(event, SessionStarted):
         model = f" model {event.model}" if event.model else ""
         resumed = " (resumed)" if event.resumed else ""
-        sandbox = f"\n  {event.sandbox}" if event.sandbox else ""
+        sandbox = f"\n  agent's shell: {event.sandbox}" if event.sandbox else ""
         return f"session {event.session_id}{resumed}: {event.kernel} [{event.mode}{model}] branch {event.branch}{sandbox}"
     if isinstance(event, TurnStarted):
         return f"── turn {event.turn}"
@@ -212,10 +212,14 @@ class HeadlessPrinter:
 def best_line(session: Session) -> str:
     best = session.history.best()
     if best is None:
-        return f"best: nothing accepted ({session.state.evals} evaluations)"
+        return f"best: nothing accepted ({_evaluations(session.state.evals)})"
     return (f"best: {_geo(best.geomean)} geomean ({best.correct}/{best.total} correct), commit {best.short} "
             f"on {session.history.branch} — {session.state.accepted} accepted in this session, "
-            f"{session.state.evals} evaluations, ${session.state.cost_usd:.2f}")
+            f"{_evaluations(session.state.evals)}, ${session.state.cost_usd:.2f}")
+
+
+def _evaluations(count: int) -> str:
+    return f"{count} evaluation{'' if count == 1 else 's'}"
 
 
 async def _confirm_on_stdin(command: str) -> bool:
@@ -227,22 +231,22 @@ async def _confirm_on_stdin(command: str) -> bool:
 
 
 async def run_headless(session: Session, out: TextIO | None = None) -> int:
-    """Run the session printing its events; 0 if anything was accepted in it, 1 if not."""
+    """Run the session printing its events; 0 if anything was accepted in it, 1 if not. Ctrl-C or SIGTERM
+    stops it within kstui.stopping.GRACE_S; a second one ends it at once."""
     out = out or sys.stdout
     printer = HeadlessPrinter(out)
     session.subscribe(printer)
     if session.config.confirm_shell:
         session.shell_confirmer = _confirm_on_stdin
-    loop = asyncio.get_running_loop()
-    stoppers: list[asyncio.Task[None]] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: stoppers.append(loop.create_task(session.stop())))
+    # The run is a task of its own: a signal's stop never waits on the coroutine that waits for the run
+    # (that wait, the other way round, was a deadlock that only a SIGKILL ended).
+    run = asyncio.ensure_future(session.run())
+    signals = StopSignals(asyncio.get_running_loop(), session.request_stop,
+                          last_words=lambda: (session.flush_trace(), printer.print_events([]))).install()
     try:
-        summary = await session.run()
-        await asyncio.gather(*stoppers)
+        summary = await run
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        signals.remove()
     printer.print_events([])
     out.write(best_line(session) + "\n")
     out.flush()

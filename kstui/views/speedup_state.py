@@ -24,7 +24,7 @@ class SpeedupState:
     best_commit: str | None = None
     baseline: str | None = None
     points: list[EvalPoint] = field(default_factory=list)
-    result: EvalResult | None = None  # the latest EvalResult with scenarios
+    result: EvalResult | None = None  # the latest evaluation's result (None: it failed to give one)
     result_eval: int | None = None
     stalled: str | None = None
     limit_claim: str | None = None
@@ -74,13 +74,14 @@ class SpeedupState:
             if event.result is None:
                 self.last_error = event.error
                 self.points.append(EvalPoint(event.eval_no, None, 0, 0))
+                self.result, self.result_eval = None, event.eval_no  # no rows of an earlier evaluation stand
                 return True
             self.last_error = None
             self.device = describe_device(event.result)
             r = event.result
             self.points.append(EvalPoint(event.eval_no, r.geomean_speedup, r.correct_count, len(r.scenarios)))
+            self.result, self.result_eval = event.result, event.eval_no  # a build failure has no rows
             if r.scenarios:
-                self.result, self.result_eval = event.result, event.eval_no
                 self.baseline = baseline_of_record(event.result) or self.baseline
         elif isinstance(event, ev.Accepted):
             self.best, self.best_commit = event.geomean, event.commit

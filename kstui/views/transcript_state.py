@@ -37,10 +37,10 @@ class Change:
     text: str = ""
 
 
+# Why the session is manual (no key, or --no-agent) comes from the session's own notice.
 MANUAL_MODE_HELP = (
     "Manual mode: no agent is running. Save the kernel in any editor and it is evaluated; "
-    "accepted versions are committed. To enable the agent, set ANTHROPIC_API_KEY and start "
-    "kstui again without --no-agent."
+    "accepted versions are committed."
 )
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from kstui.widgets.plot import FigurePlot
 
 # Numbers first, the long scenario id last: in a narrow panel the numbers are what must show.
-COLUMNS = ("ok", "speedup", "µs", "baseline µs", "TFLOP/s", "id")
+COLUMNS = ("ok", "speedup", "µs", "base µs", "TF/s", "id")
 FIELDS = ("correct", "speedup", "time_us", "baseline_us", "tflops", "id")
 PLOT_TITLE = "geomean per evaluation (● accepted)"
 
@@ -81,6 +83,21 @@ class ScenarioTable(DataTable, SteadyScrollbars):  # DataTable first: Textual ta
 
 
 BAR_CELLS = 16
+
+
+def y_ticks(values: list[float], count: int = 5) -> tuple[list[float], list[str]]:
+    """Ticks over the values' range with labels rounded to what tells them apart (plotext's own read
+    `1.000153`)."""
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.01, hi + 0.01
+    step = (hi - lo) / (count - 1)
+    decimals = min(4, max(0, math.ceil(-math.log10(step)) + 1))
+    if step < 10**-decimals:  # closer than the labels can show: spread the ticks to distinct labels
+        step = 10**-decimals
+        lo = round((lo + hi) / 2 - step * (count - 1) / 2, decimals)
+    ticks = [lo + step * i for i in range(count)]
+    return ticks, [f"{t:.{decimals}f}" for t in ticks]
 
 
 def progress_line(p: ev.EvaluationProgress) -> Text:
@@ -161,9 +178,12 @@ class SpeedupPanel(Vertical):
             self._stall.update(Text(f"⚠ STALLED: {s.stalled} — press b for a question", style="bold yellow"))
         self._stall.display = bool(s.stalled or s.limit_claim)
         self._draw_plot()
-        if table and s.result is not None:
-            self._table.show(s.result.scenarios)
-            self._table.border_title = f"scenarios · evaluation #{s.result_eval}"
+        if table and s.result_eval is not None:
+            rows = s.result.scenarios if s.result is not None else []
+            self._table.show(rows)
+            why = ("" if rows else " · no scenario ran" + (" (build failed)" if s.result is not None
+                                                            and not s.result.build.ok else ""))
+            self._table.border_title = f"scenarios · evaluation #{s.result_eval}{why}"
         cost = f"${s.cost_usd:.2f}"
         self._usage.update(
             Text(
@@ -200,5 +220,6 @@ class SpeedupPanel(Vertical):
             xs = [p.eval_no for p in points]
             step = max(1, len(xs) // 6)
             plt.xticks(xs[::step])
+            plt.yticks(*y_ticks([p.geomean for p in points] + [1.0]))
         plt.title(PLOT_TITLE)
         self._plot.replot()
