@@ -3,8 +3,8 @@ in the palette."""
 
 from __future__ import annotations
 
-from test_tui_session import live, text, reply
 from pilot_support import until
+from test_tui_session import live, reply, text
 
 from kstui.engine import events as ev
 from kstui.engine.config import SessionConfig
