@@ -41,7 +41,8 @@ def _run_parser(prog: str) -> _Parser:
     )
     p.add_argument("file", metavar="FILE", help="the kernel (.cu) to optimise; its task file (same name, .toml) sits beside it")
     p.add_argument("--headless", action="store_true", help="print events line by line instead of the TUI")
-    p.add_argument("--max-evals", type=_nonneg_int, metavar="N", help="stop after N evaluations (the start's and re-checks included: a borderline version "
+    p.add_argument("--max-evals", type=_nonneg_int, metavar="N",
+                   help="stop after N evaluations (the start's and re-checks included: a borderline version "
                         "that cannot be re-checked within N is rejected)")
     p.add_argument("--max-cost", type=_nonneg_float, metavar="USD", help="stop once the model cost reaches USD")
     p.add_argument("--self-ask", action="store_true", default=None,
@@ -269,7 +270,8 @@ def _cmd_log(argv: Sequence[str]) -> int:
         except HistoryError as exc:
             raise BadInput(str(exc)) from None
         if not entries:
-            sys.stdout.write(f"no accepted version of {kernel.name} yet (branch {args.branch or default_branch(kernel)})\n")
+            branch = args.branch or default_branch(kernel)
+            sys.stdout.write(f"no accepted version of {kernel.name} yet (branch {branch})\n")
             return 0
         for e in entries:
             q = f"  [{e.question_source}] {e.question}" if e.question else ""

@@ -34,13 +34,14 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return not _alive(pid)
 
 
-def start_hanging_eval(tmp_path: Path, *extra: str, kernel: Path | None = None) -> tuple[subprocess.Popen[str], Path, int]:
+def start_hanging_eval(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, int]:
     """A manual-mode headless kstui whose start evaluation hangs (a shell sleeping, its pid in a file)."""
-    kernel = kernel or make_workspace(tmp_path / "ws", 1.0)
+    kernel = make_workspace(tmp_path / "ws", 1.0)
     pidfile = tmp_path / f"eval-{time.monotonic_ns()}.pid"
     eval_cmd = f"echo $$ > {shlex.quote(str(pidfile))}; sleep 300; echo {{file}}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--no-agent", "--eval-cmd", eval_cmd, *extra],
+        [sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--no-agent", "--eval-cmd", eval_cmd,
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 30

@@ -62,3 +62,17 @@ def test_replay_print_into_head_exits_quietly(tmp_path: Path) -> None:
     trace.write_text("".join(line % i for i in range(20000)))
     done = _kstui("replay", "--print", str(trace), "| head -1", cwd=tmp_path)
     assert done.stdout == "note: 0\n" and done.stderr == ""
+
+
+async def test_an_evaluation_error_at_the_start_is_said_once(tmp_path: Path) -> None:
+    from kstui.executors.template import TemplateExecutor
+
+    kernel = make_workspace(tmp_path / "ws")
+    line = "kstui eval: no CUDA GPU here (CPU build of torch): use --check-only, or --gpu ssh://… / --eval-cmd"
+    executor = TemplateExecutor(f"echo '{line}' >&2; exit 2; echo {{file}}")
+    config = SessionConfig(kernel=kernel, workspace=kernel.parent, no_agent=True, max_evals=1)
+    out = io.StringIO()
+    await run_headless(Session(config, executor=executor, agent=None), out)
+    said = [x for x in out.getvalue().splitlines() if "no CUDA GPU here" in x and " started (" not in x]
+    assert len(said) == 1 and said[0].startswith("eval #1 failed: ")
+    assert "start: your kernel does not pass as brought (its evaluation failed)" in out.getvalue()

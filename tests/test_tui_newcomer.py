@@ -3,11 +3,13 @@ in the palette."""
 
 from __future__ import annotations
 
-from test_tui_session import live, text, reply
+from fakes import FakeExecutor
 from pilot_support import until
+from test_tui_session import live, reply, text
 
 from kstui.engine import events as ev
 from kstui.engine.config import SessionConfig
+from kstui.executors.protocol import ExecutorError
 from kstui.screens.main import MainScreen
 
 
@@ -77,3 +79,24 @@ async def test_ctrl_c_stops_a_working_session_at_once_without_asking(tmp_path):
         assert time.monotonic() - started < 2.0
         assert not isinstance(app.screen, ConfirmScreen)
         assert log.of(ev.SessionEnded)[0].reason == "stopped"
+
+
+class _NoGpu(FakeExecutor):
+    """The local harness on a machine whose torch has no CUDA: its one bad-input line, from the second call."""
+
+    async def evaluate(self, kernel, **kw):
+        if self.calls:
+            raise ExecutorError("local harness: kstui eval: no CUDA GPU here (CPU build of torch): use "
+                                "--check-only, or --gpu ssh://… / --eval-cmd")
+        return await super().evaluate(kernel, **kw)
+
+
+async def test_e_without_a_gpu_is_one_transcript_line(tmp_path):
+    executor = _NoGpu()
+    async with live(tmp_path, None, executor=executor) as (app, pilot, session, log):
+        await until(pilot, lambda: bool(log.of(ev.StartingPoint)))
+        await pilot.press("e")
+        await until(pilot, lambda: len(log.of(ev.EvaluationFinished)) == 2)
+        await pilot.pause()
+        said = [b.title for b in app.main.transcript.state.blocks if "no CUDA GPU here" in b.title]
+        assert len(said) == 1 and "evaluation #2" in said[0] and "\n" not in said[0]

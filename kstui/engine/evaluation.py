@@ -150,7 +150,12 @@ class Evaluator:
         return await self._exclusive(self._start_locked(text))
 
     async def _exclusive(self, work: Coroutine[Any, Any, _T]) -> _T:
-        async with self.lock:
+        try:
+            await self.lock.acquire()
+        except asyncio.CancelledError:
+            work.close()  # cancelled while waiting for the lock: the work never starts
+            raise
+        try:
             if self._stopped:  # waited for the lock while the session stopped
                 work.close()
                 raise asyncio.CancelledError
@@ -160,6 +165,8 @@ class Evaluator:
             finally:
                 self._task = None
                 self._wake()  # a budget it used up ends a session waiting for the next save
+        finally:
+            self.lock.release()
 
     async def _start_locked(self, text: str) -> StartingPoint:
         path = self._snapshots.write("start", text)

@@ -481,10 +481,9 @@ class Session:
                     f"geomean ({start.correct}/{start.total} correct). A version is accepted only if it beats "
                     f"the best so far ({self.state.best_geomean or start.geomean:.4g}x).")
         else:
+            # The views say it from the StartingPoint event itself: once.
             note = (f"The kernel as the human brought it does not pass ({start.reason}): the first version "
                     f"that passes becomes the start of this history.")
-            self._emit(Notice(message=f"your kernel does not pass as you brought it ({start.reason}): the first "
-                                      f"version that passes becomes the start", level="warning"))
         if self.agent is not None:
             self._pending_notes.append(note)
 

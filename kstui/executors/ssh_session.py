@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kstui.executors import lifeline
 from kstui.executors.process import OUTPUT_CAP, Completed, last_line
 from kstui.executors.protocol import ExecutorError
 
@@ -39,6 +40,7 @@ class SshSession:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=OUTPUT_CAP,
+                preexec_fn=lifeline.tie_to_parent(),  # the host's agent ends when this ssh does
             )
         except OSError as exc:
             raise ExecutorError(f"cannot run ssh: {exc.strerror or exc}") from None

@@ -96,8 +96,10 @@ def format_event(event: Event) -> str | None:
         return f"eval #{event.eval_no} finished: {summary} ({event.seconds:.1f}s)"
     if isinstance(event, StartingPoint):
         if event.geomean is None:
-            return (f"start: your kernel does not pass as brought ({event.reason}); the first version that "
-                    f"passes becomes the start")
+            # An evaluation that failed said why on its own line: not again here.
+            why = "its evaluation failed" if event.reason.startswith("evaluation error") else event.reason
+            return (f"start: your kernel does not pass as brought ({why}); the first version that passes becomes "
+                    f"the start")
         commit = f", commit {event.commit[:8]}" if event.commit else ""
         return f"start: {_geo(event.geomean)} geomean ({event.correct}/{event.total} correct){commit}"
     if isinstance(event, EvaluationProgress):

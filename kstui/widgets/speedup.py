@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
