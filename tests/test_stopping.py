@@ -121,3 +121,53 @@ def test_the_tui_leaves_within_two_seconds_of_sigterm_and_gives_the_terminal_bac
         assert wait_gone(int(pidfile.read_text()), 1.0)
     finally:
         subprocess.run([*server, "kill-server"], capture_output=True)
+
+
+
+@pytest.mark.parametrize("confined", [False, True], ids=["unconfined", "sandboxed"])
+def test_a_sigkilled_kstui_leaves_no_bash_command_of_the_agent_running(tmp_path: Path, confined: bool) -> None:
+    from fakes import make_workspace
+    from messages_server import MessagesServer, reply, text, tool_use
+
+    from kstui.engine.sandbox import detect
+
+    if confined and detect() is None:
+        pytest.skip("needs bubblewrap")
+    kernel = make_workspace(tmp_path / "ws", 1.0)
+    # A background job beside the shell, as an agent's `make &` would leave; found by its unusual argv.
+    script = [reply(tool_use("bash", {"command": "sleep 301 & wait"})), reply(text("done"))]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    if not confined:
+        env["KSTUI_BWRAP"] = str(tmp_path / "no-bwrap")  # bubblewrap absent: bash only with --unconfined-shell
+    with MessagesServer(script) as server:
+        env.update(ANTHROPIC_API_KEY="sk-ant-stop-0000000000", ANTHROPIC_BASE_URL=server.url, KSTUI_THINKING="0",
+                   PYTHONPATH=str(ROOT), HOME=str(tmp_path / "home"))
+        proc = subprocess.Popen([sys.executable, "-m", "kstui", "run", str(kernel), "--headless", "--eval-cmd",
+                                 "sleep 300; echo {file}", *([] if confined else ["--unconfined-shell"])],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not (pids := _sleeping(kernel.parent)):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the agent's command never started"
+                time.sleep(0.05)
+            proc.kill()
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert all(wait_gone(pid, 2.0) for pid in pids), "the agent's command outlived a SIGKILLed kstui"
+
+
+def _sleeping(workspace: Path) -> list[int]:
+    """The host's pids of `sleep 301` running in the workspace."""
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes() == b"sleep\x00301\x00" \
+                    and Path(os.readlink(p / "cwd")) == workspace:
+                found.append(int(p.name))
+        except OSError:
+            continue
+    return found

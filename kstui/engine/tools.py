@@ -28,6 +28,7 @@ from kstui.engine import cgroup
 from kstui.engine.integrity import judge_paths
 from kstui.engine.sandbox import MEMORY_BYTES, NPROC, Sandbox
 from kstui.engine.secrets import shell_environment
+from kstui.executors import lifeline
 
 _LIST_LIMIT = 1000
 # Files the line tools (read_file by lines, edit_file) take in whole: a source is far smaller, and a huge
@@ -329,7 +330,9 @@ class Toolbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # its own process group, so that a kill takes every child with it
+            preexec_fn=lifeline.tie_to_parent(),  # and it dies with kstui, even a SIGKILLed one
         )
+        lifeline.track(proc.pid)
         assert proc.stdout is not None
         reader = asyncio.create_task(capture.drain(proc.stdout))
         deadline = started + timeout
@@ -353,6 +356,7 @@ class Toolbox:
             await asyncio.wait({reader}, timeout=_REAP_GRACE_S)
             reader.cancel()
             await _reaped(proc)
+            lifeline.untrack(proc.pid)
         output = capture.render()
         seconds = time.monotonic() - started
         if timed_out:
