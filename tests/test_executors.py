@@ -336,3 +336,14 @@ async def test_local_harness_gets_no_secret_and_is_told_the_workspace(kernel: Pa
         await ex.close()
     assert result.device["secrets"] == [] and result.device["isolated"] == 1
     assert result.device["argv"][-2:] == ["--workspace", str(kernel.parent)]
+
+
+async def test_the_users_transport_gets_their_environment_without_the_model_key(kernel: Path, echo_python: Path,
+                                                                                 monkeypatch) -> None:
+    # --eval-cmd (and ssh) are the user's own transports: their credentials stay, kstui's model key goes.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-transport-0123456789")
+    monkeypatch.setenv("KUBECONFIG", "/home/u/.kube/config")
+    ex = TemplateExecutor(f"{shlex.quote(str(echo_python))} -m harness eval {{file}} --json - {{args}} "
+                          f"--env-seen \"${{ANTHROPIC_API_KEY:-none}} ${{KUBECONFIG:-none}}\"")
+    result = await ex.evaluate(kernel, extra_args=["--check-only"])
+    assert "none /home/u/.kube/config" in result.device["argv"]

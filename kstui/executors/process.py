@@ -25,6 +25,16 @@ class Completed:
     stderr: bytes
 
 
+# kstui's own model credentials: no transport needs them, and what a transport runs is the agent's kernel.
+_MODEL_CREDENTIALS = ("ANTHROPIC_", "CLAUDE_")
+
+
+def transport_environment() -> dict[str, str]:
+    """The environment of the user's own transports (--eval-cmd, ssh): theirs, since they may need its
+    credentials (the SSH agent, a kubeconfig), less kstui's model key."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_MODEL_CREDENTIALS)}
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -35,7 +45,8 @@ async def run_process(
     cwd: Path | None = None,
     on_stderr_line: Callable[[str], None] | None = None,
 ) -> Completed:
-    """Run argv in its own process group; on timeout or cancellation the whole group is killed.
+    """Run argv in its own process group (env: by default the transport environment); on timeout or
+    cancellation the whole group is killed.
     on_stderr_line sees each line of stderr as it comes (all of it is returned as well)."""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -43,7 +54,7 @@ async def run_process(
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=env,
+            env=env if env is not None else transport_environment(),
             cwd=cwd,
             start_new_session=True,
             preexec_fn=lifeline.tie_to_parent(),

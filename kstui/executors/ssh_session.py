@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kstui.executors import lifeline
-from kstui.executors.process import OUTPUT_CAP, Completed, last_line
+from kstui.executors.process import OUTPUT_CAP, Completed, last_line, transport_environment
 from kstui.executors.protocol import ExecutorError
 
 _STDERR_KEEP = 16_384  # bytes of the session's stderr kept for error messages
@@ -39,7 +39,7 @@ class SshSession:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=OUTPUT_CAP,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=OUTPUT_CAP, env=transport_environment(),
                 preexec_fn=lifeline.tie_to_parent(),  # the host's agent ends when this ssh does
             )
         except OSError as exc:
