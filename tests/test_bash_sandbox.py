@@ -229,3 +229,19 @@ def test_the_same_escapes_fail_as_an_unprivileged_user(tmp_path: Path) -> None:
         assert (ws / ".git" / "config").read_text() == "[core]\n" and (ws / "kstui.toml").read_text() == 'model = "m"\n'
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_python_environment_under_tmp_is_bound_but_nothing_else_there(tmp_path: Path, monkeypatch) -> None:
+    # A CI checkout's venv may lie under /tmp, whose other contents bash must not see.
+    venv = Path("/tmp") / f"kstui-venv-{uuid.uuid4().hex}"
+    other = Path("/tmp") / f"kstui-other-{uuid.uuid4().hex}"
+    try:
+        (venv / "bin").mkdir(parents=True)
+        other.mkdir()
+        monkeypatch.setattr(sandbox_mod, "python_roots", lambda python: (str(venv),))
+        monkeypatch.setenv("PATH", f"{other}:{os.environ['PATH']}")
+        chains = sandbox_mod.toolchains(tmp_path / "ws")
+        assert venv in chains and other not in chains
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)

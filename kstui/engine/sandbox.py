@@ -121,7 +121,10 @@ def toolchains(workspace: Path) -> list[Path]:
     """Read-only directories bash needs beyond the system: the Python environment (even in the home
     directory), CUDA, and PATH's and LD_LIBRARY_PATH's directories outside the home and the workspace."""
     home, ws = _home(), Path(os.path.realpath(workspace))
-    found = [Path(p) for p in python_roots(sys.executable)]
+    # kstui's own Python environment is bound wherever it lies, a venv under /tmp too (as a CI checkout
+    # may be): bash runs the Python kstui runs.
+    python = [Path(os.path.realpath(p)) for p in python_roots(sys.executable)]
+    found = list(python)
     searched = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
     for name in ("PATH", "LD_LIBRARY_PATH"):
         searched += os.environ.get(name, "").split(os.pathsep)
@@ -136,7 +139,7 @@ def toolchains(workspace: Path) -> list[Path]:
             or real == Path("/")
             or _within(ws, real)
             or _within(home, real)
-            or any(_within(real, Path(n)) for n in _NEVER)
+            or any(real == Path(n) or (_within(real, Path(n)) and real not in python) for n in _NEVER)
             or _within(real, ws)
         ):
             continue
