@@ -17,6 +17,10 @@
 # session: `kstui run --headless` on the GPU against the loopback Messages server, scripted versions judged
 #   by the real harness (tests/test_session_gpu.py); needs kstui's dependencies (anthropic, textual,
 #   gitpython) importable, e.g. carried as wheels.
+# On a machine without a registry (the lent GPU): carry bubblewrap as Debian's .deb (`apt-get download
+#   bubblewrap`; there `dpkg -x` it and set KSTUI_BWRAP) and kstui's dependencies as cp312 wheels (`pip
+#   download --no-deps --only-binary=:all: --python-version 3.12 …`; there `pip install --target DIR` and
+#   PYTHONPATH=DIR). A fresh machine's first worker takes about 30 s: give `session` 400 s or more.
 # Full logs and JSON go to $OUT (or ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
